@@ -1,0 +1,60 @@
+/* dualrev: the generic names.
+ *
+ * Included by dualrev.h.  Each name picks its implementation from the types
+ * of its arguments with C11 _Generic: any mix of ad_real and arithmetic types
+ * (double, float, int, ...) for the binary operations.  With only arithmetic
+ * arguments the result is a plain double and nothing is recorded, so one
+ * objective source can be compiled for double and for ad_real. */
+#ifndef DUALREV_GENERIC_H
+#define DUALREV_GENERIC_H
+
+#define AD__BIN(op, a, b)                                                       \
+    _Generic((a),                                                               \
+        ad_real: _Generic((b), ad_real: ad_##op##_rr, default: ad_##op##_rd),   \
+        default: _Generic((b), ad_real: ad_##op##_dr, default: ad_##op##_dd))((a), (b))
+
+#define ad_add(a, b) AD__BIN(add, a, b)
+#define ad_sub(a, b) AD__BIN(sub, a, b)
+#define ad_mul(a, b) AD__BIN(mul, a, b)
+#define ad_div(a, b) AD__BIN(div, a, b)
+#define ad_pow(a, b) AD__BIN(pow, a, b)
+#define ad_atan2(a, b) AD__BIN(atan2, a, b)
+#define ad_hypot(a, b) AD__BIN(hypot, a, b)
+#define ad_fmin(a, b) AD__BIN(fmin, a, b)
+#define ad_fmax(a, b) AD__BIN(fmax, a, b)
+
+#define AD__UN(op, plain, x) _Generic((x), ad_real: ad_##op##_r, default: plain)(x)
+
+#define ad_neg(x) AD__UN(neg, ad_neg_d, x)
+#define ad_sqrt(x) AD__UN(sqrt, sqrt, x)
+#define ad_cbrt(x) AD__UN(cbrt, cbrt, x)
+#define ad_exp(x) AD__UN(exp, exp, x)
+#define ad_expm1(x) AD__UN(expm1, expm1, x)
+#define ad_log(x) AD__UN(log, log, x)
+#define ad_log1p(x) AD__UN(log1p, log1p, x)
+#define ad_log2(x) AD__UN(log2, log2, x)
+#define ad_log10(x) AD__UN(log10, log10, x)
+#define ad_sin(x) AD__UN(sin, sin, x)
+#define ad_cos(x) AD__UN(cos, cos, x)
+#define ad_tan(x) AD__UN(tan, tan, x)
+#define ad_asin(x) AD__UN(asin, asin, x)
+#define ad_acos(x) AD__UN(acos, acos, x)
+#define ad_atan(x) AD__UN(atan, atan, x)
+#define ad_sinh(x) AD__UN(sinh, sinh, x)
+#define ad_cosh(x) AD__UN(cosh, cosh, x)
+#define ad_tanh(x) AD__UN(tanh, tanh, x)
+#define ad_asinh(x) AD__UN(asinh, asinh, x)
+#define ad_acosh(x) AD__UN(acosh, acosh, x)
+#define ad_atanh(x) AD__UN(atanh, atanh, x)
+#define ad_fabs(x) AD__UN(fabs, fabs, x)
+#define ad_erf(x) AD__UN(erf, erf, x)
+#define ad_erfc(x) AD__UN(erfc, erfc, x)
+#define ad_lgamma(x) AD__UN(lgamma, ad_lgamma_d, x)
+#define ad_tgamma(x) AD__UN(tgamma, tgamma, x)
+
+/* The value of an ad_real, or a plain number itself, for generic code that
+ * branches on values.  (ad_value) still names the function. */
+static inline double ad__plain_value(double x) { return x; }
+#define ad_value(x) _Generic((x), ad_real: ad_value, default: ad__plain_value)(x)
+
+#endif

@@ -1,0 +1,248 @@
+/* dualrev: elementary operations on ad_real.
+ *
+ * Included by dualrev.h.  Each operation computes its value and its local
+ * partials in the forward pass and records them (Jacobian taping), so the
+ * reverse sweep is a stream of multiply-adds and never calls libm.  Use the
+ * generic names (ad_mul, ad_sin, ...) from dualrev/generic.h; the suffixed
+ * functions below are what they dispatch to: _rr, _rd, _dr, _dd name the
+ * argument types (r = ad_real, d = double), _r a unary ad_real operation.
+ *
+ * Conventions at points where a derivative does not exist are listed in
+ * docs/conventions.md; each is marked "convention" where it is applied. */
+#ifndef DUALREV_OPS_H
+#define DUALREV_OPS_H
+
+#include <math.h>
+
+#define AD__LN2 0.693147180559945309417232121458176568
+#define AD__LN10 2.30258509299404568401799145468436421
+#define AD__2_SQRTPI 1.12837916709551257389615890312154517
+
+/* Operations whose arguments are all constants record nothing. */
+static inline ad_real ad__rec1(double v, ad_real a, double wa)
+{
+    ad_real r = {v, 0};
+    if (a.id)
+        r.id = ad__push(a.id, wa, 0, 0.0);
+    return r;
+}
+
+static inline ad_real ad__rec2(double v, ad_real a, double wa, ad_real b, double wb)
+{
+    ad_real r = {v, 0};
+    if (a.id | b.id)
+        r.id = ad__push(a.id, wa, b.id, wb);
+    return r;
+}
+
+/* A partial that would be finite although the value is NaN (log of a
+ * negative number, say) is made NaN, so that a NaN primal reaches the
+ * gradient entries that depend on it. */
+static inline double ad__nan_with(double v, double w)
+{
+    return v != v ? v : w;
+}
+
+/* ---- binary operations: the ad_real x ad_real forms ---- */
+
+static inline ad_real ad_add_rr(ad_real a, ad_real b) { return ad__rec2(a.v + b.v, a, 1.0, b, 1.0); }
+static inline ad_real ad_sub_rr(ad_real a, ad_real b) { return ad__rec2(a.v - b.v, a, 1.0, b, -1.0); }
+static inline ad_real ad_mul_rr(ad_real a, ad_real b) { return ad__rec2(a.v * b.v, a, b.v, b, a.v); }
+
+static inline ad_real ad_div_rr(ad_real a, ad_real b)
+{
+    double q = a.v / b.v, rb = 1.0 / b.v;
+    return ad__rec2(q, a, rb, b, -q * rb);
+}
+
+/* convention: d/da = 0 when b == 0 (a^0 is 1 for every a, 0^0 included);
+ * d/db = 0 when a == 0 (0^b is constant in b wherever it is finite). */
+static inline double ad__pow_da(double a, double b) { return b == 0.0 ? 0.0 : b * pow(a, b - 1.0); }
+static inline double ad__pow_db(double a, double v) { return a == 0.0 ? 0.0 : log(a) * v; }
+
+static inline ad_real ad_pow_rr(ad_real a, ad_real b)
+{
+    double v = pow(a.v, b.v);
+    return ad__rec2(v, a, ad__pow_da(a.v, b.v), b, ad__pow_db(a.v, v));
+}
+
+static inline ad_real ad_pow_rd(ad_real a, double b) { return ad__rec1(pow(a.v, b), a, ad__pow_da(a.v, b)); }
+
+static inline ad_real ad_pow_dr(double a, ad_real b)
+{
+    double v = pow(a, b.v);
+    return ad__rec1(v, b, ad__pow_db(a, v));
+}
+
+/* atan2(a, b) is the angle of the point (b, a).  At the origin it has no
+ * limit, so its partials there are NaN (0/0): convention. */
+static inline ad_real ad_atan2_rr(ad_real a, ad_real b)
+{
+    double h = hypot(a.v, b.v);
+    return ad__rec2(atan2(a.v, b.v), a, (b.v / h) / h, b, -(a.v / h) / h);
+}
+
+/* convention: both partials are 0 at the origin, as for fabs at 0. */
+static inline ad_real ad_hypot_rr(ad_real a, ad_real b)
+{
+    double h = hypot(a.v, b.v);
+    double wa = h > 0.0 ? a.v / h : 0.0, wb = h > 0.0 ? b.v / h : 0.0;
+    return ad__rec2(h, a, wa, b, wb);
+}
+
+/* convention: at a tie each argument gets 1/2 (a subgradient, and exact for
+ * fmin(x, x) = x).  A NaN argument is ignored, as C's fmin ignores it, so its
+ * partial is 0 and the other argument's is 1. */
+static inline double ad__select_weight(double a, double b, int a_wins)
+{
+    if (b != b)
+        return 1.0;
+    if (a != a)
+        return 0.0;
+    return a == b ? 0.5 : (double)a_wins;
+}
+
+static inline ad_real ad_fmin_rr(ad_real a, ad_real b)
+{
+    double w = ad__select_weight(a.v, b.v, a.v < b.v);
+    return ad__rec2(fmin(a.v, b.v), a, w, b, 1.0 - w);
+}
+
+static inline ad_real ad_fmax_rr(ad_real a, ad_real b)
+{
+    double w = ad__select_weight(a.v, b.v, a.v > b.v);
+    return ad__rec2(fmax(a.v, b.v), a, w, b, 1.0 - w);
+}
+
+/* The mixed forms: a constant argument is an ad_real with ID 0, which the
+ * inlined recorder folds away (one record, one live argument).  pow has its
+ * own mixed forms above, to skip the log() a constant exponent never needs. */
+#define AD__MIXED(name, plain)                                                        \
+    static inline ad_real ad_##name##_rd(ad_real a, double b) { return ad_##name##_rr(a, ad_const(b)); } \
+    static inline ad_real ad_##name##_dr(double a, ad_real b) { return ad_##name##_rr(ad_const(a), b); } \
+    static inline double ad_##name##_dd(double a, double b) { return plain; }
+
+AD__MIXED(add, a + b)
+AD__MIXED(sub, a - b)
+AD__MIXED(mul, a * b)
+AD__MIXED(div, a / b)
+AD__MIXED(atan2, atan2(a, b))
+AD__MIXED(hypot, hypot(a, b))
+AD__MIXED(fmin, fmin(a, b))
+AD__MIXED(fmax, fmax(a, b))
+static inline double ad_pow_dd(double a, double b) { return pow(a, b); }
+
+/* ---- unary operations ---- */
+
+static inline ad_real ad_neg_r(ad_real x) { return ad__rec1(-x.v, x, -1.0); }
+static inline double ad_neg_d(double x) { return -x; }
+
+/* sqrt and cbrt at 0: the one-sided derivative, +Inf (convention). */
+static inline ad_real ad_sqrt_r(ad_real x)
+{
+    double v = sqrt(x.v);
+    return ad__rec1(v, x, 0.5 / v);
+}
+
+static inline ad_real ad_cbrt_r(ad_real x)
+{
+    double v = cbrt(x.v);
+    return ad__rec1(v, x, 1.0 / (3.0 * v * v));
+}
+
+static inline ad_real ad_exp_r(ad_real x)
+{
+    double v = exp(x.v);
+    return ad__rec1(v, x, v);
+}
+
+/* exp(x), not expm1(x) + 1, which cancels for very negative x. */
+static inline ad_real ad_expm1_r(ad_real x) { return ad__rec1(expm1(x.v), x, exp(x.v)); }
+
+static inline ad_real ad_log_r(ad_real x)
+{
+    double v = log(x.v);
+    return ad__rec1(v, x, ad__nan_with(v, 1.0 / x.v));
+}
+
+static inline ad_real ad_log1p_r(ad_real x)
+{
+    double v = log1p(x.v);
+    return ad__rec1(v, x, ad__nan_with(v, 1.0 / (1.0 + x.v)));
+}
+
+static inline ad_real ad_log2_r(ad_real x)
+{
+    double v = log2(x.v);
+    return ad__rec1(v, x, ad__nan_with(v, 1.0 / (x.v * AD__LN2)));
+}
+
+static inline ad_real ad_log10_r(ad_real x)
+{
+    double v = log10(x.v);
+    return ad__rec1(v, x, ad__nan_with(v, 1.0 / (x.v * AD__LN10)));
+}
+
+static inline ad_real ad_sin_r(ad_real x) { return ad__rec1(sin(x.v), x, cos(x.v)); }
+static inline ad_real ad_cos_r(ad_real x) { return ad__rec1(cos(x.v), x, -sin(x.v)); }
+
+static inline ad_real ad_tan_r(ad_real x)
+{
+    double v = tan(x.v);
+    return ad__rec1(v, x, 1.0 + v * v);
+}
+
+/* (1-x)(1+x) rather than 1-x*x: no cancellation near |x| = 1. */
+static inline ad_real ad_asin_r(ad_real x)
+{
+    return ad__rec1(asin(x.v), x, 1.0 / sqrt((1.0 - x.v) * (1.0 + x.v)));
+}
+
+static inline ad_real ad_acos_r(ad_real x)
+{
+    return ad__rec1(acos(x.v), x, -1.0 / sqrt((1.0 - x.v) * (1.0 + x.v)));
+}
+
+static inline ad_real ad_atan_r(ad_real x) { return ad__rec1(atan(x.v), x, 1.0 / (1.0 + x.v * x.v)); }
+static inline ad_real ad_sinh_r(ad_real x) { return ad__rec1(sinh(x.v), x, cosh(x.v)); }
+static inline ad_real ad_cosh_r(ad_real x) { return ad__rec1(cosh(x.v), x, sinh(x.v)); }
+
+static inline ad_real ad_tanh_r(ad_real x)
+{
+    double v = tanh(x.v);
+    return ad__rec1(v, x, 1.0 - v * v);
+}
+
+/* hypot(x, 1) rather than sqrt(x*x + 1): no overflow for large |x|. */
+static inline ad_real ad_asinh_r(ad_real x) { return ad__rec1(asinh(x.v), x, 1.0 / hypot(x.v, 1.0)); }
+
+static inline ad_real ad_acosh_r(ad_real x)
+{
+    return ad__rec1(acosh(x.v), x, 1.0 / sqrt((x.v - 1.0) * (x.v + 1.0)));
+}
+
+static inline ad_real ad_atanh_r(ad_real x)
+{
+    double v = atanh(x.v);
+    return ad__rec1(v, x, ad__nan_with(v, 1.0 / ((1.0 - x.v) * (1.0 + x.v))));
+}
+
+/* convention: 0 at x = 0, the midpoint of the subdifferential [-1, 1];
+ * NaN at NaN. */
+static inline ad_real ad_fabs_r(ad_real x)
+{
+    double w = x.v > 0.0 ? 1.0 : x.v < 0.0 ? -1.0 : x.v == 0.0 ? 0.0 : x.v;
+    return ad__rec1(fabs(x.v), x, w);
+}
+
+static inline ad_real ad_erf_r(ad_real x) { return ad__rec1(erf(x.v), x, AD__2_SQRTPI * exp(-x.v * x.v)); }
+static inline ad_real ad_erfc_r(ad_real x) { return ad__rec1(erfc(x.v), x, -AD__2_SQRTPI * exp(-x.v * x.v)); }
+
+/* The gamma functions need the digamma function, which <math.h> lacks; they
+ * live in lib/special.c.  ad_lgamma_d avoids lgamma()'s global signgam, which
+ * would race between threads. */
+AD_API ad_real ad_lgamma_r(ad_real x);
+AD_API double ad_lgamma_d(double x);
+AD_API ad_real ad_tgamma_r(ad_real x);
+
+#endif

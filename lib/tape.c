@@ -1,0 +1,178 @@
+/* dualrev: the tape's memory and the forward pass's slow path. */
+#include <string.h>
+#include <threads.h>
+
+#include "tape.h"
+
+static ad__cursor idle_cursor = {NULL, NULL, 0};
+_Thread_local ad__cursor *ad__active = &idle_cursor;
+
+static _Thread_local ad_thread self;
+static tss_t exit_key;
+static int exit_key_ok;
+static once_flag exit_key_once = ONCE_FLAG_INIT;
+
+void ad_tape_free(ad_tape *t)
+{
+    for (size_t i = 0; i < t->nchunks; i++)
+        ad_free(t->chunks[i]);
+    ad_free(t->chunks);
+    ad_free(t->adj);
+    ad_free(t->inputs);
+    memset(t, 0, sizeof *t);
+}
+
+static void free_thread(void *p)
+{
+    ad_thread *th = p;
+    for (int i = 0; i < AD_MAX_NESTING; i++)
+        ad_tape_free(&th->tapes[i]);
+    th->registered = 0;
+}
+
+static void make_exit_key(void)
+{
+    exit_key_ok = tss_create(&exit_key, free_thread) == thrd_success;
+}
+
+ad_thread *ad_thread_self(void)
+{
+    return &self;
+}
+
+/* Tape memory is kept for the thread's lifetime; this frees it at exit. */
+static ad_status arm_thread_exit(void)
+{
+    if (self.registered)
+        return AD_OK;
+    call_once(&exit_key_once, make_exit_key);
+    if (!exit_key_ok || tss_set(exit_key, &self) != thrd_success)
+        return AD_ENOMEM;
+    self.registered = 1;
+    return AD_OK;
+}
+
+/* Grows by freeing and allocating, not realloc: the old contents are dead,
+ * and copying them would touch twice the memory. */
+static ad_status reserve(void **buf, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return AD_OK;
+    size_t n = *cap ? *cap : 64;
+    while (n < need)
+        n = n > SIZE_MAX / 2 ? need : n * 2;
+    if (n > SIZE_MAX / elem)
+        return AD_ENOMEM;
+    void *p = ad_alloc(n * elem);
+    if (!p)
+        return AD_ENOMEM;
+    ad_free(*buf);
+    *buf = p;
+    *cap = n;
+    return AD_OK;
+}
+
+ad_status ad_tape_begin(ad_tape *t, size_t n, size_t limit)
+{
+    ad_status s = arm_thread_exit();
+    if (s != AD_OK)
+        return s;
+    if (n >= AD__ID_END - 1)
+        return AD_ERANGE;
+    s = reserve((void **)&t->inputs, &t->inputs_cap, n, sizeof *t->inputs);
+    if (s != AD_OK)
+        return s;
+    for (size_t i = 0; i < n; i++)
+        t->inputs[i].id = (uint32_t)(i + 1);
+    t->first = (uint32_t)(n + 1);
+    t->id_end = AD__ID_END;
+    if (limit && limit < (size_t)(AD__ID_END - t->first))
+        t->id_end = t->first + (uint32_t)limit;
+    t->status = AD_OK;
+    t->open = 0;
+    /* The first record takes the slow path, which opens chunk 0. */
+    t->cursor.cur = t->cursor.end = NULL;
+    t->cursor.next = t->first;
+    return AD_OK;
+}
+
+ad_status ad_tape_reserve_adjoints(ad_tape *t, uint32_t top)
+{
+    return reserve((void **)&t->adj, &t->adj_cap, (size_t)top + 1, sizeof *t->adj);
+}
+
+static ad_status open_chunk(ad_tape *t)
+{
+    size_t room = t->id_end - t->cursor.next;
+    if (room == 0)
+        return AD_ERANGE;
+    if (t->open == t->nchunks) {
+        if (t->nchunks == t->chunks_cap) {
+            size_t cap = t->chunks_cap ? 2 * t->chunks_cap : 16;
+            ad__record **p = ad_alloc(cap * sizeof *p);
+            if (!p)
+                return AD_ENOMEM;
+            if (t->nchunks)
+                memcpy(p, t->chunks, t->nchunks * sizeof *p);
+            ad_free(t->chunks);
+            t->chunks = p;
+            t->chunks_cap = cap;
+        }
+        ad__record *c = ad_alloc(AD_CHUNK * sizeof *c);
+        if (!c)
+            return AD_ENOMEM;
+        t->chunks[t->nchunks++] = c;
+    }
+    ad__record *c = t->chunks[t->open++];
+    t->cursor.cur = c;
+    t->cursor.end = c + (room < AD_CHUNK ? room : AD_CHUNK);
+    return AD_OK;
+}
+
+uint32_t ad__push_slow(uint32_t a, double wa, uint32_t b, double wb)
+{
+    if (ad__active == &idle_cursor)
+        return 0;
+    ad_tape *t = (ad_tape *)ad__active;
+    if (t->status == AD_OK)
+        t->status = open_chunk(t);
+    if (t->status != AD_OK) {
+        /* Record nothing more: the objective runs on to completion with
+         * constants, and ad_gradient reports the status. */
+        t->cursor.cur = t->cursor.end = NULL;
+        return 0;
+    }
+    return ad__push(a, wa, b, wb);
+}
+
+size_t ad_set_tape_limit(size_t max_records)
+{
+    size_t old = self.limit;
+    self.limit = max_records;
+    return old;
+}
+
+ad_status ad_tape_stats_get(ad_tape_stats *out)
+{
+    if (!out)
+        return AD_EINVAL;
+    const ad_tape *t = &self.tapes[0];
+    memset(out, 0, sizeof *out);
+    if (t->first) {
+        out->inputs = t->first - 1;
+        out->records = t->cursor.next - t->first;
+    }
+    out->record_bytes = sizeof(ad__record);
+    out->tape_bytes = t->nchunks * AD_CHUNK * sizeof(ad__record);
+    out->adjoint_bytes = t->adj_cap * sizeof(double);
+    return AD_OK;
+}
+
+ad_status ad_release(void)
+{
+    if (self.depth > 0)
+        return AD_EBUSY;
+    for (int i = 0; i < AD_MAX_NESTING; i++)
+        ad_tape_free(&self.tapes[i]);
+    return AD_OK;
+}

@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "dualrev/record.h"
 
@@ -81,12 +82,18 @@ typedef struct ad_tape_stats {
 
 AD_API ad_status ad_tape_stats_get(ad_tape_stats *out);
 
+/* Print the records of this thread's last top-level recording (at most
+ * max_records of them): ID, argument IDs and partials.  For looking at small
+ * tapes; AD_EINVAL if there is no complete recording, AD_EBUSY inside one. */
+AD_API ad_status ad_tape_dump(FILE *out, size_t max_records);
+
 /* Give the calling thread's tape memory back to the system.  AD_EBUSY while
  * a recording is active on this thread.  Memory is otherwise kept until the
  * thread exits. */
 AD_API ad_status ad_release(void);
 
 #include "dualrev/ops.h"
+#include "dualrev/nary.h"
 #include "dualrev/generic.h"
 
 #endif

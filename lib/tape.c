@@ -82,8 +82,6 @@ ad_status ad_tape_begin(ad_tape *t, size_t n, size_t limit)
     s = reserve((void **)&t->inputs, &t->inputs_cap, n, sizeof *t->inputs);
     if (s != AD_OK)
         return s;
-    for (size_t i = 0; i < n; i++)
-        t->inputs[i].id = (uint32_t)(i + 1);
     t->first = (uint32_t)(n + 1);
     t->id_end = AD__ID_END;
     if (limit && limit < (size_t)(AD__ID_END - t->first))
@@ -103,7 +101,7 @@ ad_status ad_tape_reserve_adjoints(ad_tape *t, uint32_t top)
 
 static ad_status open_chunk(ad_tape *t)
 {
-    size_t room = t->id_end - t->cursor.next;
+    size_t room = (size_t)(t->id_end - t->cursor.next);
     if (room == 0)
         return AD_ERANGE;
     if (t->open == t->nchunks) {
@@ -160,7 +158,7 @@ ad_status ad_tape_stats_get(ad_tape_stats *out)
     memset(out, 0, sizeof *out);
     if (t->first) {
         out->inputs = t->first - 1;
-        out->records = t->cursor.next - t->first;
+        out->records = (size_t)(t->cursor.next - t->first);
     }
     out->record_bytes = sizeof(ad__record);
     out->tape_bytes = t->nchunks * AD_CHUNK * sizeof(ad__record);
@@ -175,4 +173,45 @@ ad_status ad_release(void)
     for (int i = 0; i < AD_MAX_NESTING; i++)
         ad_tape_free(&self.tapes[i]);
     return AD_OK;
+}
+
+/* Makes the slots written through s part of the tape. */
+static void commit(ad_tape *t, ad__slots s)
+{
+    t->cursor.next += (uint64_t)(s.cur - t->cursor.cur);
+    t->cursor.cur = s.cur;
+}
+
+static int recording(void)
+{
+    return ad__active != &idle_cursor && ((ad_tape *)ad__active)->status == AD_OK;
+}
+
+ad__slots ad__slots_more(ad__slots s)
+{
+    ad__slots none = {NULL, NULL, s.count};
+    if (!recording())
+        return none;
+    ad_tape *t = (ad_tape *)ad__active;
+    if (s.cur)
+        commit(t, s);
+    if (t->cursor.cur == t->cursor.end) {
+        t->status = open_chunk(t);
+        if (t->status != AD_OK) {
+            t->cursor.cur = t->cursor.end = NULL;
+            return none;
+        }
+    }
+    ad__slots more = {t->cursor.cur, t->cursor.end, s.count};
+    return more;
+}
+
+uint32_t ad__slots_finish(ad__slots s)
+{
+    if (!recording() || !s.cur)
+        return 0;
+    commit((ad_tape *)ad__active, s);
+    if (s.count == 1)
+        return (uint32_t)(ad__active->next - 1);
+    return ad__push((uint32_t)s.count, 0.0, AD__NARY, 0.0);
 }

@@ -37,12 +37,12 @@ typedef struct ad_thread {
 
 AD_HIDDEN ad_thread *ad_thread_self(void);
 
-/* Prepare t to record a function of n inputs; their ad_reals are in
- * t->inputs.  Keeps the memory of earlier recordings. */
+/* Prepare t to record a function of n inputs: t->inputs gets room for
+ * their ad_reals.  Keeps the memory of earlier recordings. */
 AD_HIDDEN ad_status ad_tape_begin(ad_tape *t, size_t n, size_t limit);
 
 /* Records in t so far: IDs first .. top(t). */
-static inline uint32_t ad_tape_top(const ad_tape *t) { return t->cursor.next - 1; }
+static inline uint32_t ad_tape_top(const ad_tape *t) { return (uint32_t)(t->cursor.next - 1); }
 
 /* Make sure t->adj holds IDs 0..top. */
 AD_HIDDEN ad_status ad_tape_reserve_adjoints(ad_tape *t, uint32_t top);

@@ -8,6 +8,8 @@
 #ifndef DUALREV_GENERIC_H
 #define DUALREV_GENERIC_H
 
+static inline double ad__plain_value(double x) { return x; }
+
 #define AD__BIN(op, a, b)                                                       \
     _Generic((a),                                                               \
         ad_real: _Generic((b), ad_real: ad_##op##_rr, default: ad_##op##_rd),   \
@@ -52,9 +54,17 @@
 #define ad_lgamma(x) AD__UN(lgamma, ad_lgamma_d, x)
 #define ad_tgamma(x) AD__UN(tgamma, tgamma, x)
 
+/* Array primitives: the element type of the first array picks the form. */
+#define AD__ARR(op, x) _Generic((x), ad_real *: ad_##op##_r, const ad_real *: ad_##op##_r, default: ad_##op##_d)
+#define ad_dot(n, x, y) AD__ARR(dot, x)((n), (x), (y))
+#define ad_sum(n, x) AD__ARR(sum, x)((n), (x))
+
+/* The constant c as a T, for generic code compiled with T = double and with
+ * T = ad_real: AD_CONST(T, 0.5). */
+#define AD_CONST(T, c) _Generic((T){0}, ad_real: ad_const, default: ad__plain_value)(c)
+
 /* The value of an ad_real, or a plain number itself, for generic code that
  * branches on values.  (ad_value) still names the function. */
-static inline double ad__plain_value(double x) { return x; }
 #define ad_value(x) _Generic((x), ad_real: ad_value, default: ad__plain_value)(x)
 
 #endif

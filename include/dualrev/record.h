@@ -16,6 +16,48 @@
 #define AD__LIKELY(x) (x)
 #define AD__UNLIKELY(x) (x)
 #define AD_API
+/* Bulk recording of an n-ary record: a private copy of the cursor that the
+ * caller fills in a tight loop, so the shared cursor is not reloaded per
+ * slot.  ad__slots_more commits what was written and opens more room; it
+ * returns an empty room (cur == end == NULL) once recording is impossible. */
+typedef struct ad__slots {
+    ad__record *cur, *end;
+    uint64_t count;  /* slots written, committed or not */
+} ad__slots;
+
+AD_API ad__slots ad__slots_more(ad__slots s);
+AD_API uint32_t ad__slots_finish(ad__slots s);
+
+static inline ad__slots ad__slots_begin(void)
+{
+    ad__cursor *c = ad__active;
+    ad__slots s = {c->cur, c->end, 0};
+    return s;
+}
+
+static inline ad__slots ad__slots_put(ad__slots s, uint32_t a, double wa, uint32_t b, double wb)
+{
+    if (AD__UNLIKELY(s.cur == s.end)) {
+        s = ad__slots_more(s);
+        if (!s.cur)
+            return s;
+    }
+    s.cur->a = a;
+    s.cur->b = b;
+    s.cur->wa = wa;
+    s.cur->wb = wb;
+    s.cur++;
+    s.count++;
+    return s;
+}
+
+/* The result ID of the slots written: none if no argument was active, the
+ * slot itself if there is only one, else a header over the run. */
+static inline uint32_t ad__slots_end(ad__slots s, uint32_t any_active)
+{
+    return any_active ? ad__slots_finish(s) : 0;
+}
+
 #endif
 
 /* One record: the defunctionalised Contrib of the dual-numbers paper (9.2),
@@ -27,9 +69,14 @@ typedef struct ad__record {
     double wa, wb;   /* local partials d(result)/d(a), d(result)/d(b) */
 } ad__record;
 
-/* IDs at or above this are reserved so that a later record kind can be told
- * apart by its b field without widening the record. */
+/* IDs at or above this are reserved: a b field in that range marks a record
+ * of another kind, so kinds need no extra byte in the record. */
 #define AD__ID_END UINT32_C(0xFFFFFF00)
+
+/* An n-ary record is a run of ordinary slots, two arguments each, followed
+ * by a header slot {a = number of slots in the run, b = AD__NARY}; the
+ * header's ID is the result's.  The run's own IDs are never referenced. */
+#define AD__NARY UINT32_C(0xFFFFFFFF)
 
 /* The part of a tape the forward pass touches.  [cur, end) is the free room in
  * the current chunk; next is the ID the next record receives.  When no
@@ -37,7 +84,7 @@ typedef struct ad__record {
  * bounds check below also routes those cases to the slow path. */
 typedef struct ad__cursor {
     ad__record *cur, *end;
-    uint32_t next;
+    uint64_t next;   /* 64-bit: a uint32_t could alias the records' argument IDs, forcing a reload per record */
 } ad__cursor;
 
 /* The calling thread's active tape (never NULL: an idle cursor when no
@@ -59,7 +106,49 @@ static inline uint32_t ad__push(uint32_t a, double wa, uint32_t b, double wb)
     r->wa = wa;
     r->wb = wb;
     c->cur = r + 1;
-    return c->next++;
+    return (uint32_t)c->next++;
+}
+
+/* Bulk recording of an n-ary record: a private copy of the cursor that the
+ * caller fills in a tight loop, so the shared cursor is not reloaded per
+ * slot.  ad__slots_more commits what was written and opens more room; it
+ * returns an empty room (cur == end == NULL) once recording is impossible. */
+typedef struct ad__slots {
+    ad__record *cur, *end;
+    uint64_t count;  /* slots written, committed or not */
+} ad__slots;
+
+AD_API ad__slots ad__slots_more(ad__slots s);
+AD_API uint32_t ad__slots_finish(ad__slots s);
+
+static inline ad__slots ad__slots_begin(void)
+{
+    ad__cursor *c = ad__active;
+    ad__slots s = {c->cur, c->end, 0};
+    return s;
+}
+
+static inline ad__slots ad__slots_put(ad__slots s, uint32_t a, double wa, uint32_t b, double wb)
+{
+    if (AD__UNLIKELY(s.cur == s.end)) {
+        s = ad__slots_more(s);
+        if (!s.cur)
+            return s;
+    }
+    s.cur->a = a;
+    s.cur->b = b;
+    s.cur->wa = wa;
+    s.cur->wb = wb;
+    s.cur++;
+    s.count++;
+    return s;
+}
+
+/* The result ID of the slots written: none if no argument was active, the
+ * slot itself if there is only one, else a header over the run. */
+static inline uint32_t ad__slots_end(ad__slots s, uint32_t any_active)
+{
+    return any_active ? ad__slots_finish(s) : 0;
 }
 
 #endif

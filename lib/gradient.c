@@ -62,10 +62,8 @@ ad_status ad_gradient(ad_objective f, void *ctx, size_t n, const double *x,
     ad_status s = ad_tape_begin(t, n, th->limit);
     if (s != AD_OK)
         return fail(s, n, fx, grad);
-    for (size_t i = 0; i < n; i++) {
-        ad_real xi = {x[i], (uint32_t)(i + 1)};
-        t->inputs[i] = xi;
-    }
+    for (size_t i = 0; i < n; i++)
+        t->inputs[i].v = x[i];
     ad_real y = record(th, t, f, ctx, n);
     s = t->status;
     if (s == AD_OK)

@@ -79,9 +79,15 @@ ad_status ad_tape_begin(ad_tape *t, size_t n, size_t limit)
         return s;
     if (n >= AD__ID_END - 1)
         return AD_ERANGE;
+    ad_real *old = t->inputs;
     s = reserve((void **)&t->inputs, &t->inputs_cap, n, sizeof *t->inputs);
     if (s != AD_OK)
         return s;
+    /* IDs never change, so they are written once per buffer, not per call. */
+    if (t->inputs != old)
+        t->inputs_named = 0;
+    for (; t->inputs_named < n; t->inputs_named++)
+        t->inputs[t->inputs_named].id = (uint32_t)(t->inputs_named + 1);
     t->first = (uint32_t)(n + 1);
     t->id_end = AD__ID_END;
     if (limit && limit < (size_t)(AD__ID_END - t->first))
@@ -189,10 +195,17 @@ static int recording(void)
 
 ad__slots ad__slots_more(ad__slots s)
 {
-    ad__slots none = {NULL, NULL, s.count};
+    ad__slots none = {NULL, NULL, s.count, s.any, 1};
     if (!recording())
         return none;
     ad_tape *t = (ad_tape *)ad__active;
+    if (s.count && !s.any) {
+        /* Only constants so far, all in this room (nothing is committed
+         * before an active argument): they contribute nothing, so write
+         * over them rather than commit slots that no record would own. */
+        ad__slots again = {t->cursor.cur, t->cursor.end, 0, 0, 0};
+        return again;
+    }
     if (s.cur)
         commit(t, s);
     if (t->cursor.cur == t->cursor.end) {
@@ -202,7 +215,7 @@ ad__slots ad__slots_more(ad__slots s)
             return none;
         }
     }
-    ad__slots more = {t->cursor.cur, t->cursor.end, s.count};
+    ad__slots more = {t->cursor.cur, t->cursor.end, s.count, s.any, 0};
     return more;
 }
 

@@ -26,6 +26,7 @@ typedef struct ad_tape {
     size_t adj_cap;
     ad_real *inputs;
     size_t inputs_cap;
+    size_t inputs_named;     /* inputs[0..inputs_named) already carry their IDs */
 } ad_tape;
 
 typedef struct ad_thread {
@@ -38,7 +39,8 @@ typedef struct ad_thread {
 AD_HIDDEN ad_thread *ad_thread_self(void);
 
 /* Prepare t to record a function of n inputs: t->inputs gets room for
- * their ad_reals.  Keeps the memory of earlier recordings. */
+ * their ad_reals, with IDs 1..n set; the caller sets the values.  Keeps the
+ * memory of earlier recordings. */
 AD_HIDDEN ad_status ad_tape_begin(ad_tape *t, size_t n, size_t limit);
 
 /* Records in t so far: IDs first .. top(t). */

@@ -48,7 +48,7 @@ static inline double ad__plain_value(double x) { return x; }
 #define ad_asinh(x) AD__UN(asinh, asinh, x)
 #define ad_acosh(x) AD__UN(acosh, acosh, x)
 #define ad_atanh(x) AD__UN(atanh, atanh, x)
-#define ad_fabs(x) AD__UN(fabs, fabs, x)
+#define ad_fabs(x) AD__UN(fabs, ad_fabs_d, x)
 #define ad_erf(x) AD__UN(erf, erf, x)
 #define ad_erfc(x) AD__UN(erfc, erfc, x)
 #define ad_lgamma(x) AD__UN(lgamma, ad_lgamma_d, x)

@@ -12,14 +12,12 @@
 static inline ad_real ad_dot_r(size_t n, const ad_real *x, const ad_real *y)
 {
     double v = 0.0;
-    uint32_t any = 0;
     ad__slots s = ad__slots_begin();
     for (size_t i = 0; i < n; i++) {
         v += x[i].v * y[i].v;
-        any |= x[i].id | y[i].id;
         s = ad__slots_put(s, x[i].id, y[i].v, y[i].id, x[i].v);
     }
-    ad_real r = {v, ad__slots_end(s, any)};
+    ad_real r = {v, ad__slots_end(s)};
     return r;
 }
 
@@ -35,21 +33,18 @@ static inline double ad_dot_d(size_t n, const double *x, const double *y)
 static inline ad_real ad_sum_r(size_t n, const ad_real *x)
 {
     double v = 0.0;
-    uint32_t any = 0;
     ad__slots s = ad__slots_begin();
     size_t i = 0;
     for (; i + 1 < n; i += 2) {
         v += x[i].v;
         v += x[i + 1].v;
-        any |= x[i].id | x[i + 1].id;
         s = ad__slots_put(s, x[i].id, 1.0, x[i + 1].id, 1.0);
     }
     if (i < n) {
         v += x[i].v;
-        any |= x[i].id;
         s = ad__slots_put(s, x[i].id, 1.0, 0, 0.0);
     }
-    ad_real r = {v, ad__slots_end(s, any)};
+    ad_real r = {v, ad__slots_end(s)};
     return r;
 }
 

@@ -23,6 +23,8 @@
 typedef struct ad__slots {
     ad__record *cur, *end;
     uint64_t count;  /* slots written, committed or not */
+    uint32_t any;    /* nonzero once an active argument was written */
+    int dead;        /* no more room will come: stop asking */
 } ad__slots;
 
 AD_API ad__slots ad__slots_more(ad__slots s);
@@ -31,13 +33,15 @@ AD_API uint32_t ad__slots_finish(ad__slots s);
 static inline ad__slots ad__slots_begin(void)
 {
     ad__cursor *c = ad__active;
-    ad__slots s = {c->cur, c->end, 0};
+    ad__slots s = {c->cur, c->end, 0, 0, 0};
     return s;
 }
 
 static inline ad__slots ad__slots_put(ad__slots s, uint32_t a, double wa, uint32_t b, double wb)
 {
     if (AD__UNLIKELY(s.cur == s.end)) {
+        if (s.dead)
+            return s;
         s = ad__slots_more(s);
         if (!s.cur)
             return s;
@@ -48,14 +52,15 @@ static inline ad__slots ad__slots_put(ad__slots s, uint32_t a, double wa, uint32
     s.cur->wb = wb;
     s.cur++;
     s.count++;
+    s.any |= a | b;
     return s;
 }
 
 /* The result ID of the slots written: none if no argument was active, the
  * slot itself if there is only one, else a header over the run. */
-static inline uint32_t ad__slots_end(ad__slots s, uint32_t any_active)
+static inline uint32_t ad__slots_end(ad__slots s)
 {
-    return any_active ? ad__slots_finish(s) : 0;
+    return s.any ? ad__slots_finish(s) : 0;
 }
 
 #endif
@@ -116,6 +121,8 @@ static inline uint32_t ad__push(uint32_t a, double wa, uint32_t b, double wb)
 typedef struct ad__slots {
     ad__record *cur, *end;
     uint64_t count;  /* slots written, committed or not */
+    uint32_t any;    /* nonzero once an active argument was written */
+    int dead;        /* no more room will come: stop asking */
 } ad__slots;
 
 AD_API ad__slots ad__slots_more(ad__slots s);
@@ -124,13 +131,15 @@ AD_API uint32_t ad__slots_finish(ad__slots s);
 static inline ad__slots ad__slots_begin(void)
 {
     ad__cursor *c = ad__active;
-    ad__slots s = {c->cur, c->end, 0};
+    ad__slots s = {c->cur, c->end, 0, 0, 0};
     return s;
 }
 
 static inline ad__slots ad__slots_put(ad__slots s, uint32_t a, double wa, uint32_t b, double wb)
 {
     if (AD__UNLIKELY(s.cur == s.end)) {
+        if (s.dead)
+            return s;
         s = ad__slots_more(s);
         if (!s.cur)
             return s;
@@ -141,14 +150,15 @@ static inline ad__slots ad__slots_put(ad__slots s, uint32_t a, double wa, uint32
     s.cur->wb = wb;
     s.cur++;
     s.count++;
+    s.any |= a | b;
     return s;
 }
 
 /* The result ID of the slots written: none if no argument was active, the
  * slot itself if there is only one, else a header over the run. */
-static inline uint32_t ad__slots_end(ad__slots s, uint32_t any_active)
+static inline uint32_t ad__slots_end(ad__slots s)
 {
-    return any_active ? ad__slots_finish(s) : 0;
+    return s.any ? ad__slots_finish(s) : 0;
 }
 
 #endif

@@ -1,0 +1,56 @@
+/* The benchmark run: its settings, the figures each section produces, and
+ * the sections main() calls in turn. */
+#ifndef BENCH_BENCH_H
+#define BENCH_BENCH_H
+
+#include <stddef.h>
+
+#include "programs.h"
+#include "timer.h"
+
+typedef struct bench_ctx {
+    bench_plan plan;
+    const char *out_dir;    /* where the TSV files go; NULL for none */
+    const char *peer;       /* the comparison tool's name; NULL if none */
+} bench_ctx;
+
+/* One program at one size: its gradient timed with dualrev and the peer,
+ * and its plain-double evaluation. */
+typedef struct grad_row {
+    bench_prog prog;
+    size_t n;
+    int with_peer;            /* asked for: time the peer on this row */
+    size_t inputs, records;   /* records: dualrev's, for one gradient */
+    bench_time plain, dualrev;
+    int peer_ok;              /* the peer ran, and its gradient agreed */
+    bench_time peer_tape, peer_grad;
+    const char *check;        /* "ok", or what failed */
+} grad_row;
+
+/* What dualrev's tape held and reserved for one gradient from a cold start. */
+typedef struct mem_row {
+    bench_prog prog;
+    size_t n, inputs, records;
+    size_t record_bytes, tape_bytes, adjoint_bytes;
+} mem_row;
+
+/* measure.c: fill everything in r past prog, n and with_peer. */
+void measure_row(const bench_ctx *b, grad_row *r);
+
+/* check.c: NULL when dualrev's value fx and gradient g at x are right (the
+ * plain value; a central difference along a fixed direction; t_bad's 2^n),
+ * else what failed. */
+const char *check_gradient(bench_prog p, size_t n, const double *x, size_t inputs, double fx,
+                           const double *g);
+
+/* check.c: NULL when the peer's gradient h agrees with dualrev's g. */
+const char *check_agree(const double *g, const double *h, size_t inputs);
+
+/* The sections; each prints its table and writes its TSV file. */
+void section_programs(const bench_ctx *b, grad_row *rows, size_t count);
+void section_tbad(const bench_ctx *b, grad_row *rows, size_t count);
+void section_memory(const bench_ctx *b, mem_row *rows, size_t count);
+void section_targets(const bench_ctx *b, const grad_row *progs, size_t nprogs,
+                     const mem_row *mem, size_t nmem);
+
+#endif

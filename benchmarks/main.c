@@ -1,0 +1,121 @@
+/* dualrev-bench: the benchmark run.  See README.md in this directory. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "peer.h"
+
+#define COUNT(a) (sizeof (a) / sizeof *(a))
+
+static grad_row programs[] = {
+    {.prog = PROG_SCALAR_MULT, .n = 1, .with_peer = 1},
+    {.prog = PROG_DOT, .n = 1000, .with_peer = 1},
+    {.prog = PROG_DOT, .n = 10000, .with_peer = 1},
+    {.prog = PROG_DOT, .n = 1000000, .with_peer = 1},
+    {.prog = PROG_SUM_MAT_VEC, .n = 10000, .with_peer = 1},
+    {.prog = PROG_SUM_MAT_VEC, .n = 1000000, .with_peer = 1},
+    {.prog = PROG_DOT_ARRAY, .n = 1000, .with_peer = 1},
+    {.prog = PROG_DOT_ARRAY, .n = 10000, .with_peer = 1},
+    {.prog = PROG_DOT_ARRAY, .n = 1000000, .with_peer = 1},
+    {.prog = PROG_SUM_MAT_VEC_ARRAY, .n = 10000, .with_peer = 1},
+    {.prog = PROG_SUM_MAT_VEC_ARRAY, .n = 1000000, .with_peer = 1},
+    {.prog = PROG_ROTATE, .n = 1, .with_peer = 1},
+};
+
+static grad_row tbad[] = {
+    {.prog = PROG_T_BAD, .n = 100000, .with_peer = 1},
+    {.prog = PROG_T_BAD, .n = 1000000, .with_peer = 1},
+    {.prog = PROG_T_BAD, .n = 10000000, .with_peer = 1},
+};
+
+static mem_row memory[] = {
+    {.prog = PROG_DOT, .n = 1000000},
+    {.prog = PROG_SUM_MAT_VEC, .n = 1000000},
+    {.prog = PROG_DOT_ARRAY, .n = 1000000},
+    {.prog = PROG_SUM_MAT_VEC_ARRAY, .n = 1000000},
+    {.prog = PROG_T_BAD, .n = 100000},
+    {.prog = PROG_T_BAD, .n = 1000000},
+    {.prog = PROG_T_BAD, .n = 10000000},
+};
+
+static void usage(const char *argv0)
+{
+    fprintf(stderr,
+            "usage: %s [--reps N] [--min-ms MS] [--max-n N] [--out DIR]\n"
+            "  --reps N    timed batches per measurement; the median is reported (11)\n"
+            "  --min-ms MS each batch loops until it lasts this long (20)\n"
+            "  --max-n N   skip the sizes above N (a quick run: --max-n 100000)\n"
+            "  --out DIR   write programs.tsv, tbad.tsv and memory.tsv there\n",
+            argv0);
+    exit(2);
+}
+
+static void parse(int argc, char **argv, bench_ctx *b, size_t *max_n)
+{
+    /* Every option takes a value: walk them in pairs. */
+    for (int i = 1; i < argc; i += 2) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v)
+            usage(argv[0]);
+        if (!strcmp(a, "--reps"))
+            b->plan.reps = atoi(v);
+        else if (!strcmp(a, "--min-ms"))
+            b->plan.min_rep_ns = atof(v) * 1e6;
+        else if (!strcmp(a, "--max-n"))
+            *max_n = (size_t)strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--out"))
+            b->out_dir = v;
+        else
+            usage(argv[0]);
+    }
+    if (b->plan.reps < 1 || b->plan.min_rep_ns <= 0.0)
+        usage(argv[0]);
+}
+
+/* Moves the rows of size <= max_n to the front of rows; kept counts them. */
+#define KEEP_UP_TO(rows, max_n, kept)                   \
+    do {                                                \
+        (kept) = 0;                                     \
+        for (size_t i_ = 0; i_ < COUNT(rows); i_++)     \
+            if ((rows)[i_].n <= (max_n))                \
+                (rows)[(kept)++] = (rows)[i_];          \
+    } while (0)
+
+/* A wrong gradient makes its timing meaningless: fail the run. */
+static int all_checked(const grad_row *rows, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        if (strcmp(rows[i].check, "ok") != 0)
+            return 0;
+    return 1;
+}
+
+static void print_banner(const bench_ctx *b)
+{
+    printf("dualrev benchmarks (compiler %s, %s)\n", __VERSION__,
+#ifdef __OPTIMIZE__
+           "optimised"
+#else
+           "NOT optimised: rebuild with buildtype=release for meaningful numbers"
+#endif
+    );
+    printf("comparison: %s\n\n", b->peer ? b->peer : "none (this build found no ADOL-C)");
+}
+
+int main(int argc, char **argv)
+{
+    bench_ctx b = {{11, 20e6}, NULL, peer_name()};
+    size_t max_n = (size_t)-1;
+    parse(argc, argv, &b, &max_n);
+    print_banner(&b);
+    size_t np, nt, nm;
+    KEEP_UP_TO(programs, max_n, np);
+    KEEP_UP_TO(tbad, max_n, nt);
+    KEEP_UP_TO(memory, max_n, nm);
+    section_programs(&b, programs, np);
+    section_tbad(&b, tbad, nt);
+    section_memory(&b, memory, nm);
+    section_targets(&b, programs, np, memory, nm);
+    return all_checked(programs, np) && all_checked(tbad, nt) ? 0 : 1;
+}

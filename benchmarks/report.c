@@ -1,0 +1,68 @@
+/* Formatting shared by the sections. */
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "report.h"
+
+const char *fmt_time(char buf[16], double ns)
+{
+    static const char *const units[] = {"ns", "us", "ms", "s"};
+    if (isnan(ns))
+        return "-";
+    int u = 0;
+    while (ns >= 1000.0 && u < 3) {
+        ns /= 1000.0;
+        u++;
+    }
+    /* Three significant digits. */
+    snprintf(buf, 16, ns < 10.0 ? "%.2f %s" : ns < 100.0 ? "%.1f %s" : "%.0f %s", ns, units[u]);
+    return buf;
+}
+
+const char *fmt_ratio(char buf[16], double num, double den)
+{
+    double r = num / den;
+    if (isnan(r))
+        return "-";
+    snprintf(buf, 16, r < 10.0 ? "%.2f" : r < 100.0 ? "%.1f" : "%.0f", r);
+    return buf;
+}
+
+const char *fmt_fixed(char buf[16], double v)
+{
+    if (isnan(v))
+        return "-";
+    snprintf(buf, 16, "%.2f", v);
+    return buf;
+}
+
+FILE *tsv_open(const bench_ctx *b, const char *name, const char *header)
+{
+    if (!b->out_dir)
+        return NULL;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", b->out_dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "cannot write %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    fprintf(f, "%s\n", header);
+    return f;
+}
+
+void tsv_num(FILE *f, double v, int last)
+{
+    if (isnan(v))
+        fputs("-", f);
+    else
+        fprintf(f, "%.6g", v);
+    fputc(last ? '\n' : '\t', f);
+}
+
+void tsv_close(FILE *f)
+{
+    if (f)
+        fclose(f);
+}

@@ -1,0 +1,36 @@
+#!/bin/sh
+# Builds dualrev-bench, runs it, keeps its table and TSV files in
+# benchmarks/results/, and plots them when gnuplot is installed.
+#   benchmarks/run.sh [dualrev-bench options, e.g. --max-n 100000]
+# BUILD_DIR: the meson build directory (default: build; set up if missing).
+# PLOT_TERM: svg (default) or png.
+set -eu
+here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
+root=$(dirname -- "$here")
+build=${BUILD_DIR:-$root/build}
+out=$here/results
+
+if [ ! -f "$build/build.ninja" ]; then
+    meson setup "$build" "$root"
+fi
+ninja -C "$build" benchmarks/dualrev-bench
+mkdir -p "$out"
+
+# tee shows the table as it grows; the status file keeps the program's exit
+# status, which a plain pipe would lose.
+{
+    st=0
+    "$build/benchmarks/dualrev-bench" --out "$out" "$@" || st=$?
+    echo "$st" >"$out/status"
+} |
+    tee "$out/table.txt"
+status=$(cat "$out/status")
+rm -f "$out/status"
+
+if command -v gnuplot >/dev/null 2>&1; then
+    gnuplot -e "dir='$out'; term='${PLOT_TERM:-svg}'" "$here/plot.gp"
+    echo "plot: $out/bench.${PLOT_TERM:-svg}"
+else
+    echo "gnuplot not found: no plot; the TSV files are in $out"
+fi
+exit "$status"

@@ -1,0 +1,66 @@
+/* Timing on a noisy shared machine: warm up, size each batch to last long
+ * enough for the clock and the scheduler, repeat, and keep the median, which
+ * one descheduled batch cannot move. */
+#define _POSIX_C_SOURCE 199309L
+#include <stdlib.h>
+#include <time.h>
+
+#include "timer.h"
+
+#define MAX_REPS 101
+
+double bench_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static double time_batch(bench_body body, void *ctx, size_t iters)
+{
+    double t0 = bench_now_ns();
+    body(ctx, iters);
+    return bench_now_ns() - t0;
+}
+
+/* Iterations per batch: grown until one batch lasts min_rep_ns.  The batches
+ * run while growing are a second warm-up, after the single call that first
+ * touches the tape's memory. */
+static size_t calibrate(const bench_plan *plan, bench_body body, void *ctx)
+{
+    size_t iters = 1;
+    for (;;) {
+        double t = time_batch(body, ctx, iters);
+        if (t >= plan->min_rep_ns)
+            return iters;
+        /* Aim 20% past the target, but grow at most 10x per step so that one
+         * fast outlier cannot make the next batch huge. */
+        double grow = t > 0.0 ? 1.2 * plan->min_rep_ns / t : 10.0;
+        if (grow > 10.0)
+            grow = 10.0;
+        size_t next = (size_t)((double)iters * grow);
+        iters = next > iters ? next : iters + 1;
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+bench_time bench_measure(const bench_plan *plan, bench_body body, void *ctx)
+{
+    double samples[MAX_REPS];
+    int reps = plan->reps < 1 ? 1 : plan->reps > MAX_REPS ? MAX_REPS : plan->reps;
+    body(ctx, 1);
+    bench_time r = {0.0, 0.0, 0.0, calibrate(plan, body, ctx)};
+    for (int i = 0; i < reps; i++)
+        samples[i] = time_batch(body, ctx, r.iters) / (double)r.iters;
+    qsort(samples, (size_t)reps, sizeof *samples, cmp_double);
+    r.min_ns = samples[0];
+    r.max_ns = samples[reps - 1];
+    r.median_ns = reps % 2 ? samples[reps / 2]
+                           : 0.5 * (samples[reps / 2 - 1] + samples[reps / 2]);
+    return r;
+}

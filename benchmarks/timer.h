@@ -1,0 +1,33 @@
+/* Timing: the median time per iteration over repeated, calibrated batches. */
+#ifndef BENCH_TIMER_H
+#define BENCH_TIMER_H
+
+#include <stddef.h>
+
+/* Runs the measured operation iters times. */
+typedef void (*bench_body)(void *ctx, size_t iters);
+
+typedef struct bench_plan {
+    int reps;           /* batches timed; the median is reported */
+    double min_rep_ns;  /* each batch loops until it lasts at least this */
+} bench_plan;
+
+typedef struct bench_time {
+    double median_ns, min_ns, max_ns;  /* per iteration */
+    size_t iters;                      /* per batch */
+} bench_time;
+
+bench_time bench_measure(const bench_plan *plan, bench_body body, void *ctx);
+
+double bench_now_ns(void);
+
+/* Makes the compiler assume that memory, p's target included, was read and
+ * changed here: a loop that re-evaluates the same function of the same
+ * inputs cannot then be folded into one evaluation. */
+#if defined(__GNUC__) || defined(__clang__)
+#define bench_clobber(p) __asm__ volatile("" : : "r"(p) : "memory")
+#else
+#define bench_clobber(p) ((void)(p))
+#endif
+
+#endif

@@ -1,0 +1,140 @@
+/* Helpers shared by the dualrev tests: a finite-difference oracle, a seeded
+ * random generator, and double comparisons that print both numbers when they
+ * fail.  Header-only; every test includes it after dualrev.h. */
+#ifndef DUALREV_TESTS_CHECK_H
+#define DUALREV_TESTS_CHECK_H
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "dualrev.h"
+
+/* ---- finite differences ---- */
+
+typedef double (*fd_fn)(double x, const void *ctx);
+
+typedef struct fd_result {
+    double d;      /* the derivative estimate */
+    double noise;  /* bound on its rounding error, from the size of f */
+} fd_result;
+
+/* Step for the stencil around x: relative for large |x|, absolute near 0.
+ * At 2^-10 the eighth-order truncation error, about h^8 f^(9) / 630, stays
+ * below 1e-10 relative for every function the tests use, given that their
+ * sample points keep at least 0.1 (0.15 at simple poles) from singularities. */
+static inline double fd_step(double x)
+{
+    return 0x1p-10 * fmax(1.0, fabs(x));
+}
+
+/* Eighth-order central difference.  Its rounding error is at most
+ * sum|c_k| * 2 * (error of one f evaluation) / h, that is about
+ * 2.1 * k ulp * max|f| / h for a libm with k-ulp accuracy; noise allows
+ * k = 40, so that it is a safe bound, not an estimate. */
+static inline fd_result fd_derivative(fd_fn f, const void *ctx, double x)
+{
+    static const double c[4] = {4.0 / 5, -1.0 / 5, 4.0 / 105, -1.0 / 280};
+    double h = fd_step(x), sum = 0.0, fmaxabs = fabs(f(x, ctx));
+    for (int k = 1; k <= 4; k++) {
+        double up = f(x + k * h, ctx), down = f(x - k * h, ctx);
+        sum += c[k - 1] * (up - down);
+        fmaxabs = fmax(fmaxabs, fmax(fabs(up), fabs(down)));
+    }
+    fd_result r = {sum / h, 2e-14 * fmaxabs / h};
+    return r;
+}
+
+/* ---- random points ---- */
+
+/* SplitMix64: tiny, and good enough to scatter sample points.  The tests
+ * seed it with fixed values so that every run checks the same points. */
+static inline uint64_t rng_next(uint64_t *state)
+{
+    uint64_t z = (*state += UINT64_C(0x9E3779B97F4A7C15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+static inline double rng_uniform(uint64_t *state, double lo, double hi)
+{
+    return lo + (hi - lo) * ((double)(rng_next(state) >> 11) * 0x1p-53);
+}
+
+/* ---- comparisons ---- */
+
+static inline int same_double(double a, double b)
+{
+    if (isnan(a) || isnan(b))
+        return isnan(a) && isnan(b);
+    return a == b && signbit(a) == signbit(b);
+}
+
+static inline void check_same(double got, double want, const char *expr,
+                              const char *file, int line)
+{
+    if (same_double(got, want))
+        return;
+    print_error("%s = %.17g, expected exactly %.17g\n", expr, got, want);
+    _fail(file, line);
+}
+
+static inline void check_near(double got, double want, double rtol, double atol,
+                              const char *expr, const char *file, int line)
+{
+    double err = fabs(got - want);
+    if (err <= rtol * fabs(want) + atol)
+        return;
+    print_error("%s = %.17g, expected %.17g (error %.3g, rtol %.3g, atol %.3g)\n",
+                expr, got, want, err, rtol, atol);
+    _fail(file, line);
+}
+
+static inline void check_nan(double got, const char *expr, const char *file, int line)
+{
+    if (isnan(got))
+        return;
+    print_error("%s = %.17g, expected NaN\n", expr, got);
+    _fail(file, line);
+}
+
+/* Identical doubles: equal with the same sign, or both NaN. */
+#define assert_same(got, want) check_same((got), (want), #got, __FILE__, __LINE__)
+#define assert_near(got, want, rtol, atol) \
+    check_near((got), (want), (rtol), (atol), #got, __FILE__, __LINE__)
+#define assert_nan(got) check_nan((got), #got, __FILE__, __LINE__)
+
+/* ---- calling ad_gradient ---- */
+
+static inline double gradient_ok_at(ad_objective f, void *ctx, size_t n, const double *x,
+                                    double *grad, const char *file, int line)
+{
+    double fx;
+    ad_status s = ad_gradient(f, ctx, n, x, &fx, grad);
+    if (s != AD_OK) {
+        print_error("ad_gradient returned %d (%s)\n", (int)s, ad_strerror(s));
+        _fail(file, line);
+    }
+    return fx;
+}
+
+/* ad_gradient that must succeed; returns f(x). */
+#define gradient_ok(f, ctx, n, x, grad) gradient_ok_at((f), (ctx), (n), (x), (grad), __FILE__, __LINE__)
+
+static inline void check_all_nan(double fx, const double *grad, size_t n,
+                                 const char *file, int line)
+{
+    check_nan(fx, "fx", file, line);
+    for (size_t i = 0; i < n; i++)
+        check_nan(grad[i], "grad[i]", file, line);
+}
+
+/* The outputs of a failed ad_gradient call: all NaN. */
+#define assert_all_nan(fx, grad, n) check_all_nan((fx), (grad), (n), __FILE__, __LINE__)
+
+#endif

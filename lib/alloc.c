@@ -1,4 +1,5 @@
 /* dualrev: allocation with fault injection for the tests. */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "alloc.h"
@@ -16,7 +17,11 @@ void *ad_alloc(size_t bytes)
         return NULL;
     if (fail_countdown > 0)
         fail_countdown--;
-    return malloc(bytes);
+    /* Cache-line aligned: records and cotangents never straddle lines, and
+     * streams start on a line.  aligned_alloc wants a multiple of 64. */
+    if (bytes > SIZE_MAX - 63)
+        return NULL;
+    return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
 }
 
 void ad_free(void *p)

@@ -65,6 +65,58 @@ static inline double ad_value(ad_real x)
     return x.v;
 }
 
+/* ---- vector-valued functions ("You Only Linearize Once") ----
+ *
+ * f reads x[0..n) and writes y[0..m).  One recording of f at x is its
+ * linearisation: a forward sweep over it gives J v, a reverse sweep w^T J.
+ * An output f does not write is NaN.  n or m may be 0: the results are then
+ * empty (J v and w^T J of an empty map are zero vectors), and the pointers
+ * for empty arrays may be NULL.  On error every output array is set to NaN
+ * (a CSR to empty) and AD_EINVAL, AD_ENOMEM, AD_ERANGE, AD_ENESTING or
+ * AD_EFOREIGN is returned. */
+typedef void (*ad_function)(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx);
+
+/* y = f(x) and jv = J v: one recording, one forward sweep. */
+AD_API ad_status ad_jvp(ad_function f, void *ctx, size_t n, const double *x, const double *v,
+                        size_t m, double *y, double *jv);
+
+/* y = f(x) and wj = J^T w: one recording, one reverse sweep. */
+AD_API ad_status ad_vjp(ad_function f, void *ctx, size_t n, const double *x,
+                        size_t m, const double *w, double *y, double *wj);
+
+/* y = f(x) and the m x n Jacobian, row-major: one recording, then n forward
+ * or m reverse sweeps, whichever is fewer. */
+AD_API ad_status ad_jacobian(ad_function f, void *ctx, size_t n, const double *x,
+                             size_t m, double *y, double *jac);
+
+/* A recorded linear map: f is run once by ad_linearize; ad_linear_jvp and
+ * ad_linear_vjp apply J and J^T to any number of vectors without running f
+ * again and without allocating.  One handle is used by one thread at a time;
+ * ctx is not kept. */
+typedef struct ad_linear ad_linear;
+AD_API ad_status ad_linearize(ad_function f, void *ctx, size_t n, const double *x,
+                              size_t m, double *y, ad_linear **out);
+AD_API ad_status ad_linear_jvp(ad_linear *L, const double *v, double *jv);
+AD_API ad_status ad_linear_vjp(ad_linear *L, const double *w, double *wj);
+AD_API void ad_linear_free(ad_linear *L);
+
+/* Compressed sparse rows: row i holds col[row_ptr[i] .. row_ptr[i+1]) and
+ * the matching val, columns ascending.  Free with ad_csr_free. */
+typedef struct {
+    size_t rows, cols, nnz;
+    size_t *row_ptr;
+    size_t *col;
+    double *val;
+} ad_csr;
+
+/* y = f(x) and its Jacobian as CSR, with the structure found on the tape:
+ * an entry for every input a row reaches, even where the value is 0.  Each
+ * row is resolved by staging (paper, section 6), in time proportional to the
+ * records it reaches. */
+AD_API ad_status ad_sparse_jacobian(ad_function f, void *ctx, size_t n, const double *x,
+                                    size_t m, double *y, ad_csr *J);
+AD_API void ad_csr_free(ad_csr *J);
+
 /* Cap the number of records one recording on this thread may hold
  * (0 restores the default: the whole ID range, about 4.29e9).  Past the cap
  * ad_gradient returns AD_ERANGE.  Returns the previous cap. */

@@ -3,12 +3,6 @@
 
 #include "tape.h"
 
-static const ad__record *record_at(const ad_tape *t, uint32_t id)
-{
-    size_t k = id - t->first;
-    return &t->chunks[k >> AD_CHUNK_BITS][k & (AD_CHUNK - 1)];
-}
-
 ad_status ad_tape_dump(FILE *out, size_t max_records)
 {
     if (!out)
@@ -24,7 +18,7 @@ ad_status ad_tape_dump(FILE *out, size_t max_records)
             t->first - 1, top + 1 - t->first, sizeof(ad__record));
     fprintf(out, "%8s  %8s %14s  %8s %14s\n", "id", "a", "d/da", "b", "d/db");
     for (uint32_t id = t->first; id <= top && id - t->first < max_records; id++) {
-        const ad__record *r = record_at(t, id);
+        const ad__record *r = ad_tape_record(t, id);
         if (r->b == AD__NARY)
             fprintf(out, "%8u  n-ary: the %u slots above are its arguments\n", id, r->a);
         else if (r->b)

@@ -5,6 +5,8 @@
  * IDs, so walking IDs downwards applies each record once, after every
  * contribution to its cotangent has arrived (linear factoring).  Products are
  * never skipped when a cotangent is zero: 0 x Inf must stay NaN. */
+#include <string.h>
+
 #include "tape.h"
 
 /* Applies cotangent z to the `m` slots below r: part of an n-ary run. */
@@ -54,4 +56,22 @@ void ad_resolve(const ad_tape *t, double *adj, uint32_t top)
             break;
         left = AD_CHUNK;
     }
+}
+
+ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj)
+{
+    uint32_t hi = ad_outputs_top(t, m);
+    ad_status s = ad_tape_reserve_adjoints(t, hi);
+    if (s != AD_OK)
+        return s;
+    memset(t->adj, 0, ((size_t)hi + 1) * sizeof *t->adj);
+    /* Outputs that share an ID add up; a constant output seeds slot 0, the
+     * sink, and reaches nothing. */
+    for (size_t j = 0; j < m; j++)
+        t->adj[t->outputs[j].id] += w ? w[j] : 1.0;
+    ad_resolve(t, t->adj, hi);  /* records above every output are skipped */
+    size_t n = t->first - 1;
+    if (n)
+        memcpy(wj, t->adj + 1, n * sizeof *wj);
+    return AD_OK;
 }

@@ -19,6 +19,8 @@ void ad_tape_free(ad_tape *t)
     ad_free(t->chunks);
     ad_free(t->adj);
     ad_free(t->inputs);
+    ad_free(t->outputs);
+    ad_free(t->stamp);
     memset(t, 0, sizeof *t);
 }
 
@@ -54,7 +56,7 @@ static ad_status arm_thread_exit(void)
 
 /* Grows by freeing and allocating, not realloc: the old contents are dead,
  * and copying them would touch twice the memory. */
-static ad_status reserve(void **buf, size_t *cap, size_t need, size_t elem)
+ad_status ad_reserve(void **buf, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap)
         return AD_OK;
@@ -80,7 +82,7 @@ ad_status ad_tape_begin(ad_tape *t, size_t n, size_t limit)
     if (n >= AD__ID_END - 1)
         return AD_ERANGE;
     ad_real *old = t->inputs;
-    s = reserve((void **)&t->inputs, &t->inputs_cap, n, sizeof *t->inputs);
+    s = ad_reserve((void **)&t->inputs, &t->inputs_cap, n, sizeof *t->inputs);
     if (s != AD_OK)
         return s;
     /* IDs never change, so they are written once per buffer, not per call. */
@@ -102,7 +104,7 @@ ad_status ad_tape_begin(ad_tape *t, size_t n, size_t limit)
 
 ad_status ad_tape_reserve_adjoints(ad_tape *t, uint32_t top)
 {
-    return reserve((void **)&t->adj, &t->adj_cap, (size_t)top + 1, sizeof *t->adj);
+    return ad_reserve((void **)&t->adj, &t->adj_cap, (size_t)top + 1, sizeof *t->adj);
 }
 
 static ad_status open_chunk(ad_tape *t)

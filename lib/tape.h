@@ -27,6 +27,11 @@ typedef struct ad_tape {
     ad_real *inputs;
     size_t inputs_cap;
     size_t inputs_named;     /* inputs[0..inputs_named) already carry their IDs */
+    ad_real *outputs;        /* what the recorded function returned */
+    size_t outputs_cap;
+    uint32_t *stamp;         /* sparse.c: which row last reached each ID */
+    size_t stamp_cap;
+    uint32_t epoch;          /* sparse.c: stamp of the current row */
 } ad_tape;
 
 typedef struct ad_thread {
@@ -49,10 +54,43 @@ static inline uint32_t ad_tape_top(const ad_tape *t) { return (uint32_t)(t->curs
 /* Make sure t->adj holds IDs 0..top. */
 AD_HIDDEN ad_status ad_tape_reserve_adjoints(ad_tape *t, uint32_t top);
 
+/* Room for `need` elements of `elem` bytes in *buf; grows by allocating
+ * afresh, as the old contents are never needed. */
+AD_HIDDEN ad_status ad_reserve(void **buf, size_t *cap, size_t need, size_t elem);
+
 AD_HIDDEN void ad_tape_free(ad_tape *t);
 
-/* The reverse sweep (resolve.c): apply records top, top-1, ..., first, each
- * once, adding cotangent x partial into its arguments' cotangents. */
+/* The record at `id` (first <= id <= top). */
+static inline const ad__record *ad_tape_record(const ad_tape *t, uint32_t id)
+{
+    size_t k = id - t->first;
+    return &t->chunks[k >> AD_CHUNK_BITS][k & (AD_CHUNK - 1)];
+}
+
+/* record.c: the calling thread's tape for the current nesting depth (NULL
+ * when nested too deeply); a recording of f at x on t, outputs in
+ * t->outputs[0..m); the highest ID a sweep must cover (outputs and inputs). */
+AD_HIDDEN ad_tape *ad_thread_tape(void);
+AD_HIDDEN ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n,
+                              const double *x, size_t m);
+AD_HIDDEN uint32_t ad_outputs_top(const ad_tape *t, size_t m);
+AD_HIDDEN void ad_fill_nan(double *p, size_t count);
+
+/* resolve.c: the reverse sweep.  ad_resolve applies records top, top-1, ...,
+ * first, each once, adding cotangent x partial into its arguments'
+ * cotangents.  ad_reverse seeds output j of the last recording with w[j]
+ * (1 when w is NULL), sweeps, and writes the inputs' cotangents to wj. */
 AD_HIDDEN void ad_resolve(const ad_tape *t, double *adj, uint32_t top);
+AD_HIDDEN ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj);
+
+/* Test hook (sparse.c): resolve sparse rows with the uthash map even when
+ * the dense arrays are available, so both stores are tested and measured. */
+AD_HIDDEN void ad_test_sparse_force_hash(int on);
+
+/* tangent.c: the forward sweep, J v.  ad_tangent runs records first..top,
+ * each tangent the partials times its arguments' tangents; ad_forward seeds
+ * the inputs with v and writes the outputs' tangents to jv. */
+AD_HIDDEN void ad_tangent(const ad_tape *t, double *tan, uint32_t top);
+AD_HIDDEN ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv);
 
 #endif

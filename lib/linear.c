@@ -1,0 +1,177 @@
+/* dualrev: vector-valued functions — J v, w^T J, whole Jacobians, and a
+ * recording kept as a linear map to apply any number of times.
+ *
+ * One recording is the linearisation of f at x ("You Only Linearize Once"):
+ * the forward sweep (tangent.c) applies J, the reverse sweep (resolve.c)
+ * applies its transpose. */
+#include <string.h>
+
+#include "tape.h"
+
+struct ad_linear {
+    ad_tape tape;  /* its own, not the thread's: it outlives the call */
+    size_t n, m;
+};
+
+/* The values of the outputs of the last recording. */
+static void read_values(const ad_tape *t, size_t m, double *y)
+{
+    for (size_t j = 0; j < m; j++)
+        y[j] = t->outputs[j].v;
+}
+
+static int bad_args(ad_function f, size_t n, const double *x, size_t m, const double *y)
+{
+    return !f || (n && !x) || (m && !y);
+}
+
+ad_status ad_jvp(ad_function f, void *ctx, size_t n, const double *x, const double *v,
+                 size_t m, double *y, double *jv)
+{
+    ad_tape *t = ad_thread_tape();
+    ad_status s = AD_EINVAL;
+    if (bad_args(f, n, x, m, y) || (n && !v) || (m && !jv))
+        goto fail;
+    s = t ? ad_record(t, f, ctx, n, x, m) : AD_ENESTING;
+    if (s == AD_OK)
+        s = ad_forward(t, m, v, jv);
+    if (s != AD_OK)
+        goto fail;
+    read_values(t, m, y);
+    return AD_OK;
+fail:
+    ad_fill_nan(y, m);
+    ad_fill_nan(jv, m);
+    return s;
+}
+
+ad_status ad_vjp(ad_function f, void *ctx, size_t n, const double *x, size_t m,
+                 const double *w, double *y, double *wj)
+{
+    ad_tape *t = ad_thread_tape();
+    ad_status s = AD_EINVAL;
+    if (bad_args(f, n, x, m, y) || (m && !w) || (n && !wj))
+        goto fail;
+    s = t ? ad_record(t, f, ctx, n, x, m) : AD_ENESTING;
+    if (s == AD_OK)
+        s = ad_reverse(t, m, w, wj);
+    if (s != AD_OK)
+        goto fail;
+    read_values(t, m, y);
+    return AD_OK;
+fail:
+    ad_fill_nan(y, m);
+    ad_fill_nan(wj, n);
+    return s;
+}
+
+/* Column i of J for every i: one forward sweep each. */
+static void jacobian_by_columns(ad_tape *t, size_t n, size_t m, uint32_t hi, double *jac)
+{
+    double *tan = t->adj;
+    for (size_t i = 0; i < n; i++) {
+        memset(tan, 0, (n + 1) * sizeof *tan);
+        tan[i + 1] = 1.0;
+        ad_tangent(t, tan, hi);
+        for (size_t j = 0; j < m; j++)
+            jac[j * n + i] = tan[t->outputs[j].id];
+    }
+}
+
+/* Row j of J for every j: one reverse sweep each, from that output down. */
+static void jacobian_by_rows(ad_tape *t, size_t n, size_t m, double *jac)
+{
+    double *adj = t->adj;
+    for (size_t j = 0; j < m; j++) {
+        uint32_t id = t->outputs[j].id;
+        size_t hi = id > n ? id : n;
+        memset(adj, 0, (hi + 1) * sizeof *adj);
+        adj[id] = 1.0;
+        ad_resolve(t, adj, id);
+        memcpy(jac + j * n, adj + 1, n * sizeof *adj);
+    }
+}
+
+ad_status ad_jacobian(ad_function f, void *ctx, size_t n, const double *x, size_t m,
+                      double *y, double *jac)
+{
+    ad_tape *t = ad_thread_tape();
+    ad_status s = AD_EINVAL;
+    if (bad_args(f, n, x, m, y) || (n && m && !jac))
+        goto fail;
+    s = t ? ad_record(t, f, ctx, n, x, m) : AD_ENESTING;
+    uint32_t hi = s == AD_OK ? ad_outputs_top(t, m) : 0;
+    if (s == AD_OK)
+        s = ad_tape_reserve_adjoints(t, hi);
+    if (s != AD_OK)
+        goto fail;
+    /* Recorded once; then whichever of n forward or m reverse sweeps is fewer. */
+    if (n <= m)
+        jacobian_by_columns(t, n, m, hi, jac);
+    else
+        jacobian_by_rows(t, n, m, jac);
+    read_values(t, m, y);
+    return AD_OK;
+fail:
+    ad_fill_nan(y, m);
+    if (n && m)
+        ad_fill_nan(jac, n * m);
+    return s;
+}
+
+ad_status ad_linearize(ad_function f, void *ctx, size_t n, const double *x, size_t m,
+                       double *y, ad_linear **out)
+{
+    ad_status s = AD_EINVAL;
+    ad_linear *L = NULL;
+    if (bad_args(f, n, x, m, y) || !out)
+        goto fail;
+    s = AD_ENOMEM;
+    L = ad_alloc(sizeof *L);
+    if (!L)
+        goto fail;
+    memset(L, 0, sizeof *L);
+    L->n = n;
+    L->m = m;
+    s = ad_record(&L->tape, f, ctx, n, x, m);
+    /* The sweeps' work array is reserved now, so applying L allocates nothing. */
+    if (s == AD_OK)
+        s = ad_tape_reserve_adjoints(&L->tape, ad_outputs_top(&L->tape, m));
+    if (s != AD_OK)
+        goto fail;
+    read_values(&L->tape, m, y);
+    *out = L;
+    return AD_OK;
+fail:
+    ad_linear_free(L);
+    if (out)
+        *out = NULL;
+    ad_fill_nan(y, m);
+    return s;
+}
+
+ad_status ad_linear_jvp(ad_linear *L, const double *v, double *jv)
+{
+    if (!L || (L->n && !v) || (L->m && !jv)) {
+        ad_fill_nan(jv, L ? L->m : 0);
+        return AD_EINVAL;
+    }
+    return ad_forward(&L->tape, L->m, v, jv);
+}
+
+ad_status ad_linear_vjp(ad_linear *L, const double *w, double *wj)
+{
+    if (!L || (L->m && !w) || (L->n && !wj)) {
+        ad_fill_nan(wj, L ? L->n : 0);
+        return AD_EINVAL;
+    }
+    return ad_reverse(&L->tape, L->m, w, wj);
+}
+
+void ad_linear_free(ad_linear *L)
+{
+    if (!L)
+        return;
+    ad_tape_free(&L->tape);
+    ad_free(L);
+}

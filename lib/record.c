@@ -1,0 +1,68 @@
+/* dualrev: one recording of a function, on a given tape.
+ *
+ * Interleave (inputs take IDs 1..n; section 8 of the paper), run f with the
+ * tape active, restore the caller's tape, and check what f returned.  Every
+ * entry point (gradient, JVP, VJP, Jacobians, linearize) records this way. */
+#include <math.h>
+
+#include "tape.h"
+
+ad_tape *ad_thread_tape(void)
+{
+    ad_thread *th = ad_thread_self();
+    return th->depth < AD_MAX_NESTING ? &th->tapes[th->depth] : NULL;
+}
+
+static ad_status prepare_outputs(ad_tape *t, size_t m)
+{
+    ad_status s = ad_reserve((void **)&t->outputs, &t->outputs_cap, m, sizeof *t->outputs);
+    if (s != AD_OK)
+        return s;
+    /* An output f leaves unwritten reads as NaN, not as stale data. */
+    for (size_t j = 0; j < m; j++)
+        t->outputs[j] = ad_const(NAN);
+    return AD_OK;
+}
+
+ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n, const double *x, size_t m)
+{
+    ad_thread *th = ad_thread_self();
+    if (th->depth == AD_MAX_NESTING)
+        return AD_ENESTING;
+    ad_status s = ad_tape_begin(t, n, th->limit);
+    if (s == AD_OK)
+        s = prepare_outputs(t, m);
+    if (s != AD_OK)
+        return s;
+    for (size_t i = 0; i < n; i++)
+        t->inputs[i].v = x[i];
+    ad__cursor *outer = ad__active;
+    ad__active = &t->cursor;
+    th->depth++;
+    f(t->inputs, n, t->outputs, m, ctx);
+    th->depth--;
+    ad__active = outer;
+    if (t->status != AD_OK)
+        return t->status;
+    uint32_t top = ad_tape_top(t);
+    for (size_t j = 0; j < m; j++)
+        if (t->outputs[j].id > top)
+            return AD_EFOREIGN;
+    return AD_OK;
+}
+
+uint32_t ad_outputs_top(const ad_tape *t, size_t m)
+{
+    uint32_t hi = t->first - 1;  /* the inputs' slots are always read back */
+    for (size_t j = 0; j < m; j++)
+        if (t->outputs[j].id > hi)
+            hi = t->outputs[j].id;
+    return hi;
+}
+
+void ad_fill_nan(double *p, size_t count)
+{
+    if (p)
+        for (size_t i = 0; i < count; i++)
+            p[i] = NAN;
+}

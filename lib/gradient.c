@@ -23,9 +23,6 @@ ad_status ad_gradient(ad_objective f, void *ctx, size_t n, const double *x,
     ad_tape *t = ad_thread_tape();
     if (!f || !fx || (n && (!x || !grad)))
         goto fail;
-    s = AD_ENESTING;
-    if (!t)
-        goto fail;
     scalar call = {f, ctx};
     s = ad_record(t, as_function, &call, n, x, 1);
     if (s == AD_OK)

@@ -25,44 +25,40 @@ static int bad_args(ad_function f, size_t n, const double *x, size_t m, const do
     return !f || (n && !x) || (m && !y);
 }
 
-ad_status ad_jvp(ad_function f, void *ctx, size_t n, const double *x, const double *v,
-                 size_t m, double *y, double *jv)
+typedef ad_status (*sweep)(ad_tape *t, size_t m, const double *in, double *out);
+
+/* Record f on the thread's tape, then one sweep from `in` to `out`. */
+static ad_status record_and_sweep(ad_function f, void *ctx, size_t n, const double *x, size_t m,
+                                  double *y, sweep run, const double *in, size_t in_len,
+                                  double *out, size_t out_len)
 {
     ad_tape *t = ad_thread_tape();
     ad_status s = AD_EINVAL;
-    if (bad_args(f, n, x, m, y) || (n && !v) || (m && !jv))
+    if (bad_args(f, n, x, m, y) || (in_len && !in) || (out_len && !out))
         goto fail;
-    s = t ? ad_record(t, f, ctx, n, x, m) : AD_ENESTING;
+    s = ad_record(t, f, ctx, n, x, m);
     if (s == AD_OK)
-        s = ad_forward(t, m, v, jv);
+        s = run(t, m, in, out);
     if (s != AD_OK)
         goto fail;
     read_values(t, m, y);
     return AD_OK;
 fail:
     ad_fill_nan(y, m);
-    ad_fill_nan(jv, m);
+    ad_fill_nan(out, out_len);
     return s;
+}
+
+ad_status ad_jvp(ad_function f, void *ctx, size_t n, const double *x, const double *v,
+                 size_t m, double *y, double *jv)
+{
+    return record_and_sweep(f, ctx, n, x, m, y, ad_forward, v, n, jv, m);
 }
 
 ad_status ad_vjp(ad_function f, void *ctx, size_t n, const double *x, size_t m,
                  const double *w, double *y, double *wj)
 {
-    ad_tape *t = ad_thread_tape();
-    ad_status s = AD_EINVAL;
-    if (bad_args(f, n, x, m, y) || (m && !w) || (n && !wj))
-        goto fail;
-    s = t ? ad_record(t, f, ctx, n, x, m) : AD_ENESTING;
-    if (s == AD_OK)
-        s = ad_reverse(t, m, w, wj);
-    if (s != AD_OK)
-        goto fail;
-    read_values(t, m, y);
-    return AD_OK;
-fail:
-    ad_fill_nan(y, m);
-    ad_fill_nan(wj, n);
-    return s;
+    return record_and_sweep(f, ctx, n, x, m, y, ad_reverse, w, m, wj, n);
 }
 
 /* Column i of J for every i: one forward sweep each. */
@@ -99,7 +95,7 @@ ad_status ad_jacobian(ad_function f, void *ctx, size_t n, const double *x, size_
     ad_status s = AD_EINVAL;
     if (bad_args(f, n, x, m, y) || (n && m && !jac))
         goto fail;
-    s = t ? ad_record(t, f, ctx, n, x, m) : AD_ENESTING;
+    s = ad_record(t, f, ctx, n, x, m);
     uint32_t hi = s == AD_OK ? ad_outputs_top(t, m) : 0;
     if (s == AD_OK)
         s = ad_tape_reserve_adjoints(t, hi);

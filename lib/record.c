@@ -27,7 +27,7 @@ static ad_status prepare_outputs(ad_tape *t, size_t m)
 ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n, const double *x, size_t m)
 {
     ad_thread *th = ad_thread_self();
-    if (th->depth == AD_MAX_NESTING)
+    if (th->depth == AD_MAX_NESTING)  /* t is then NULL, from ad_thread_tape */
         return AD_ENESTING;
     ad_status s = ad_tape_begin(t, n, th->limit);
     if (s == AD_OK)

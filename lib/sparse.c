@@ -338,7 +338,7 @@ ad_status ad_sparse_jacobian(ad_function f, void *ctx, size_t n, const double *x
         memset(J, 0, sizeof *J);
     if (!f || (n && !x) || (m && !y) || !J)
         goto fail;
-    s = t ? ad_record(t, f, ctx, n, x, m) : AD_ENESTING;
+    s = ad_record(t, f, ctx, n, x, m);
     if (s == AD_OK)
         s = build(t, n, m, J);
     if (s != AD_OK)

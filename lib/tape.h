@@ -68,8 +68,9 @@ static inline const ad__record *ad_tape_record(const ad_tape *t, uint32_t id)
 }
 
 /* record.c: the calling thread's tape for the current nesting depth (NULL
- * when nested too deeply); a recording of f at x on t, outputs in
- * t->outputs[0..m); the highest ID a sweep must cover (outputs and inputs). */
+ * when nested too deeply, which ad_record then reports as AD_ENESTING); a
+ * recording of f at x on t, outputs in t->outputs[0..m); the highest ID a
+ * sweep must cover (outputs and inputs). */
 AD_HIDDEN ad_tape *ad_thread_tape(void);
 AD_HIDDEN ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n,
                               const double *x, size_t m);

@@ -16,53 +16,6 @@
 #define AD__LIKELY(x) (x)
 #define AD__UNLIKELY(x) (x)
 #define AD_API
-/* Bulk recording of an n-ary record: a private copy of the cursor that the
- * caller fills in a tight loop, so the shared cursor is not reloaded per
- * slot.  ad__slots_more commits what was written and opens more room; it
- * returns an empty room (cur == end == NULL) once recording is impossible. */
-typedef struct ad__slots {
-    ad__record *cur, *end;
-    uint64_t count;  /* slots written, committed or not */
-    uint32_t any;    /* nonzero once an active argument was written */
-    int dead;        /* no more room will come: stop asking */
-} ad__slots;
-
-AD_API ad__slots ad__slots_more(ad__slots s);
-AD_API uint32_t ad__slots_finish(ad__slots s);
-
-static inline ad__slots ad__slots_begin(void)
-{
-    ad__cursor *c = ad__active;
-    ad__slots s = {c->cur, c->end, 0, 0, 0};
-    return s;
-}
-
-static inline ad__slots ad__slots_put(ad__slots s, uint32_t a, double wa, uint32_t b, double wb)
-{
-    if (AD__UNLIKELY(s.cur == s.end)) {
-        if (s.dead)
-            return s;
-        s = ad__slots_more(s);
-        if (!s.cur)
-            return s;
-    }
-    s.cur->a = a;
-    s.cur->b = b;
-    s.cur->wa = wa;
-    s.cur->wb = wb;
-    s.cur++;
-    s.count++;
-    s.any |= a | b;
-    return s;
-}
-
-/* The result ID of the slots written: none if no argument was active, the
- * slot itself if there is only one, else a header over the run. */
-static inline uint32_t ad__slots_end(ad__slots s)
-{
-    return s.any ? ad__slots_finish(s) : 0;
-}
-
 #endif
 
 /* One record: the defunctionalised Contrib of the dual-numbers paper (9.2),

@@ -54,6 +54,9 @@ warnings)
     need $BASE_PKGS clang
     CC=gcc configure build-gcc-werror -Dwerror=true
     CC=clang configure build-clang-werror -Dwerror=true
+    # The benchmarks are not built by default; build them here too.
+    ninja -C build-gcc-werror benchmarks/dualrev-bench benchmarks/ba-bench
+    ninja -C build-clang-werror benchmarks/dualrev-bench benchmarks/ba-bench
     ;;
 bench)
     need $BASE_PKGS g++ libadolc-dev gnuplot-nox

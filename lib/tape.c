@@ -74,39 +74,6 @@ ad_status ad_reserve(void **buf, size_t *cap, size_t need, size_t elem)
     return AD_OK;
 }
 
-ad_status ad_tape_begin(ad_tape *t, size_t n, size_t limit)
-{
-    ad_status s = arm_thread_exit();
-    if (s != AD_OK)
-        return s;
-    if (n >= AD__ID_END - 1)
-        return AD_ERANGE;
-    ad_real *old = t->inputs;
-    s = ad_reserve((void **)&t->inputs, &t->inputs_cap, n, sizeof *t->inputs);
-    if (s != AD_OK)
-        return s;
-    /* IDs never change, so they are written once per buffer, not per call. */
-    if (t->inputs != old)
-        t->inputs_named = 0;
-    for (; t->inputs_named < n; t->inputs_named++)
-        t->inputs[t->inputs_named].id = (uint32_t)(t->inputs_named + 1);
-    t->first = (uint32_t)(n + 1);
-    t->id_end = AD__ID_END;
-    if (limit && limit < (size_t)(AD__ID_END - t->first))
-        t->id_end = t->first + (uint32_t)limit;
-    t->status = AD_OK;
-    t->open = 0;
-    /* The first record takes the slow path, which opens chunk 0. */
-    t->cursor.cur = t->cursor.end = NULL;
-    t->cursor.next = t->first;
-    return AD_OK;
-}
-
-ad_status ad_tape_reserve_adjoints(ad_tape *t, uint32_t top)
-{
-    return ad_reserve((void **)&t->adj, &t->adj_cap, (size_t)top + 1, sizeof *t->adj);
-}
-
 static ad_status open_chunk(ad_tape *t)
 {
     size_t room = (size_t)(t->id_end - t->cursor.next);
@@ -133,6 +100,40 @@ static ad_status open_chunk(ad_tape *t)
     t->cursor.cur = c;
     t->cursor.end = c + (room < AD_CHUNK ? room : AD_CHUNK);
     return AD_OK;
+}
+
+ad_status ad_tape_begin(ad_tape *t, size_t n, size_t limit)
+{
+    ad_status s = arm_thread_exit();
+    if (s != AD_OK)
+        return s;
+    if (n >= AD__ID_END - 1)
+        return AD_ERANGE;
+    ad_real *old = t->inputs;
+    s = ad_reserve((void **)&t->inputs, &t->inputs_cap, n, sizeof *t->inputs);
+    if (s != AD_OK)
+        return s;
+    /* IDs never change, so they are written once per buffer, not per call. */
+    if (t->inputs != old)
+        t->inputs_named = 0;
+    for (; t->inputs_named < n; t->inputs_named++)
+        t->inputs[t->inputs_named].id = (uint32_t)(t->inputs_named + 1);
+    t->first = (uint32_t)(n + 1);
+    t->id_end = AD__ID_END;
+    if (limit && limit < (size_t)(AD__ID_END - t->first))
+        t->id_end = t->first + (uint32_t)limit;
+    t->status = AD_OK;
+    t->open = 0;
+    t->cursor.cur = t->cursor.end = NULL;
+    t->cursor.next = t->first;
+    /* Chunk 0 now, so the first record does not take the slow path; with a
+     * limit of 0 records the slow path reports AD_ERANGE if one is made. */
+    return t->id_end > t->first ? open_chunk(t) : AD_OK;
+}
+
+ad_status ad_tape_reserve_adjoints(ad_tape *t, uint32_t top)
+{
+    return ad_reserve((void **)&t->adj, &t->adj_cap, (size_t)top + 1, sizeof *t->adj);
 }
 
 uint32_t ad__push_slow(uint32_t a, double wa, uint32_t b, double wb)

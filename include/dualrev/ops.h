@@ -45,8 +45,23 @@ static inline double ad__nan_with(double v, double w)
 
 /* ---- binary operations: the ad_real x ad_real forms ---- */
 
-static inline ad_real ad_add_rr(ad_real a, ad_real b) { return ad__rec2(a.v + b.v, a, 1.0, b, 1.0); }
-static inline ad_real ad_sub_rr(ad_real a, ad_real b) { return ad__rec2(a.v - b.v, a, 1.0, b, -1.0); }
+/* x + c, c + x and x - c have x's backpropagator (partial 1), so they take
+ * x's ID and record nothing: a.id | b.id is the active one's ID. */
+static inline ad_real ad_add_rr(ad_real a, ad_real b)
+{
+    ad_real r = {a.v + b.v, a.id | b.id};
+    if (a.id && b.id)
+        r.id = ad__push(a.id, 1.0, b.id, 1.0);
+    return r;
+}
+
+static inline ad_real ad_sub_rr(ad_real a, ad_real b)
+{
+    ad_real r = {a.v - b.v, a.id};
+    if (b.id)
+        r.id = ad__push(a.id, 1.0, b.id, -1.0);
+    return r;
+}
 static inline ad_real ad_mul_rr(ad_real a, ad_real b) { return ad__rec2(a.v * b.v, a, b.v, b, a.v); }
 
 static inline ad_real ad_div_rr(ad_real a, ad_real b)

@@ -61,30 +61,43 @@ ad_status ad_vjp(ad_function f, void *ctx, size_t n, const double *x, size_t m,
     return record_and_sweep(f, ctx, n, x, m, y, ad_reverse, w, m, wj, n);
 }
 
-/* Column i of J for every i: one forward sweep each. */
+/* Lanes for a block of `count` rows or columns: 1, 2 or AD_LANES. */
+static size_t lanes_for(size_t count)
+{
+    return count == 1 ? 1 : count == 2 ? 2 : AD_LANES;
+}
+
+/* Columns of J, AD_LANES at a time: one forward sweep per block. */
 static void jacobian_by_columns(ad_tape *t, size_t n, size_t m, uint32_t hi, double *jac)
 {
     double *tan = t->adj;
-    for (size_t i = 0; i < n; i++) {
-        memset(tan, 0, (n + 1) * sizeof *tan);
-        tan[i + 1] = 1.0;
-        ad_tangent(t, tan, hi);
+    for (size_t i0 = 0; i0 < n; i0 += AD_LANES) {
+        size_t B = n - i0 < AD_LANES ? n - i0 : AD_LANES, L = lanes_for(B);
+        memset(tan, 0, (n + 1) * L * sizeof *tan);
+        for (size_t b = 0; b < B; b++)
+            tan[(i0 + b + 1) * L + b] = 1.0;
+        ad_tangent_lanes(t, tan, hi, L);
         for (size_t j = 0; j < m; j++)
-            jac[j * n + i] = tan[t->outputs[j].id];
+            for (size_t b = 0; b < B; b++)
+                jac[j * n + i0 + b] = tan[(size_t)t->outputs[j].id * L + b];
     }
 }
 
-/* Row j of J for every j: one reverse sweep each, from that output down. */
+/* Rows of J, AD_LANES at a time: one reverse sweep per block, from the
+ * block's highest output down. */
 static void jacobian_by_rows(ad_tape *t, size_t n, size_t m, double *jac)
 {
     double *adj = t->adj;
-    for (size_t j = 0; j < m; j++) {
-        uint32_t id = t->outputs[j].id;
-        size_t hi = id > n ? id : n;
-        memset(adj, 0, (hi + 1) * sizeof *adj);
-        adj[id] = 1.0;
-        ad_resolve(t, adj, id);
-        memcpy(jac + j * n, adj + 1, n * sizeof *adj);
+    for (size_t j0 = 0; j0 < m; j0 += AD_LANES) {
+        size_t B = m - j0 < AD_LANES ? m - j0 : AD_LANES, L = lanes_for(B);
+        uint32_t top = ad_outputs_top_of(t, j0, B);
+        memset(adj, 0, ((size_t)top + 1) * L * sizeof *adj);
+        for (size_t b = 0; b < B; b++)
+            adj[(size_t)t->outputs[j0 + b].id * L + b] += 1.0;
+        ad_resolve_lanes(t, adj, top, L);
+        for (size_t b = 0; b < B; b++)
+            for (size_t i = 0; i < n; i++)
+                jac[(j0 + b) * n + i] = adj[(i + 1) * L + b];
     }
 }
 
@@ -98,7 +111,7 @@ ad_status ad_jacobian(ad_function f, void *ctx, size_t n, const double *x, size_
     s = ad_record(t, f, ctx, n, x, m);
     uint32_t hi = s == AD_OK ? ad_outputs_top(t, m) : 0;
     if (s == AD_OK)
-        s = ad_tape_reserve_adjoints(t, hi);
+        s = ad_reserve((void **)&t->adj, &t->adj_cap, ((size_t)hi + 1) * AD_LANES, sizeof *t->adj);
     if (s != AD_OK)
         goto fail;
     /* Recorded once; then whichever of n forward or m reverse sweeps is fewer. */

@@ -51,13 +51,18 @@ ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n, const double
     return AD_OK;
 }
 
-uint32_t ad_outputs_top(const ad_tape *t, size_t m)
+uint32_t ad_outputs_top_of(const ad_tape *t, size_t from, size_t count)
 {
     uint32_t hi = t->first - 1;  /* the inputs' slots are always read back */
-    for (size_t j = 0; j < m; j++)
+    for (size_t j = from; j < from + count; j++)
         if (t->outputs[j].id > hi)
             hi = t->outputs[j].id;
     return hi;
+}
+
+uint32_t ad_outputs_top(const ad_tape *t, size_t m)
+{
+    return ad_outputs_top_of(t, 0, m);
 }
 
 void ad_fill_nan(double *p, size_t count)

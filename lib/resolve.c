@@ -4,58 +4,112 @@
  * defunctionalised backpropagators of 9.2: a record only ever names smaller
  * IDs, so walking IDs downwards applies each record once, after every
  * contribution to its cotangent has arrived (linear factoring).  Products are
- * never skipped when a cotangent is zero: 0 x Inf must stay NaN. */
+ * never skipped when a cotangent is zero: 0 x Inf must stay NaN.
+ *
+ * The sweep carries L cotangents per ID side by side (adj[id * L + lane]),
+ * so L rows of a Jacobian share one pass over the records.  It is written
+ * once and inlined with L a constant; L = 1 is the gradient's sweep. */
 #include <string.h>
 
 #include "tape.h"
 
-/* Applies cotangent z to the `m` slots below r: part of an n-ary run. */
-static const ad__record *apply_run(const ad__record *r, size_t m, double z, double *adj)
+#if defined(__GNUC__) || defined(__clang__)
+#define AD_INLINE static inline __attribute__((always_inline))
+#else
+#define AD_INLINE static inline
+#endif
+
+/* p[0..L) += z[0..L) * w.  Lanes go in pairs where the compiler has
+ * vector types (compilers do not pair them on their own here); adj is
+ * 64-byte aligned, so a pair of lanes at p is 16-byte aligned. */
+#if defined(__GNUC__) || defined(__clang__)
+typedef double pair __attribute__((vector_size(16)));
+
+AD_INLINE void axpy(double *p, const double *z, double w, const size_t L)
 {
-    while (m--) {
-        --r;
-        adj[r->a] += z * r->wa;
-        adj[r->b] += z * r->wb;
+    if (L % 2) {
+        for (size_t l = 0; l < L; l++)
+            p[l] += z[l] * w;
+        return;
     }
-    return r;
+    for (size_t l = 0; l < L; l += 2) {
+        pair zp = {z[l], z[l + 1]};
+        *(pair *)(p + l) += zp * w;
+    }
+}
+#else
+AD_INLINE void axpy(double *p, const double *z, double w, const size_t L)
+{
+    for (size_t l = 0; l < L; l++)
+        p[l] += z[l] * w;
+}
+#endif
+
+/* adj[r's arguments] += z * partials, for every lane.  The record is read
+ * before anything is stored into adj, which could alias its partials. */
+AD_INLINE void apply(const ad__record *r, const double *z, double *adj, const size_t L)
+{
+    const double wa = r->wa, wb = r->wb;
+    double *pa = adj + (size_t)r->a * L, *pb = adj + (size_t)r->b * L;
+    axpy(pa, z, wa, L);
+    axpy(pb, z, wb, L);
 }
 
-void ad_resolve(const ad_tape *t, double *adj, uint32_t top)
+AD_INLINE void sweep(const ad_tape *t, double *adj, uint32_t top, const size_t L)
 {
     if (top < t->first)
         return;
     size_t k = top - t->first;          /* position of record `top` */
     size_t c = k >> AD_CHUNK_BITS;
     size_t left = (k & (AD_CHUNK - 1)) + 1;
-    double *g = adj + top;
+    const double *g = adj + (size_t)top * L;
     size_t run = 0;                     /* slots left in an n-ary record's run */
-    double z_run = 0.0;                 /* that record's cotangent */
+    double z_run[AD_LANES] = {0};       /* that record's cotangents (set by its header) */
     for (;;) {
         const ad__record *r = t->chunks[c] + left;
         while (left) {
             if (run) {                  /* a run may continue in the chunk below */
                 size_t m = run < left ? run : left;
-                r = apply_run(r, m, z_run, adj);
                 run -= m;
                 left -= m;
-                g -= m;
+                g -= m * L;
+                while (m--)
+                    apply(--r, z_run, adj, L);
                 continue;
             }
             --r;
             --left;
-            double z = *g--;
+            double z[AD_LANES];         /* copied: apply() writes into adj */
+            for (size_t l = 0; l < L; l++)
+                z[l] = g[l];
+            g -= L;
             if (AD__UNLIKELY(r->b >= AD__ID_END)) {
                 run = r->a;
-                z_run = z;
+                for (size_t l = 0; l < L; l++)
+                    z_run[l] = z[l];
                 continue;
             }
-            adj[r->a] += z * r->wa;
-            adj[r->b] += z * r->wb;
+            apply(r, z, adj, L);
         }
         if (c-- == 0)
             break;
         left = AD_CHUNK;
     }
+}
+
+void ad_resolve(const ad_tape *t, double *adj, uint32_t top)
+{
+    sweep(t, adj, top, 1);
+}
+
+void ad_resolve_lanes(const ad_tape *t, double *adj, uint32_t top, size_t lanes)
+{
+    if (lanes == 1)
+        sweep(t, adj, top, 1);
+    else if (lanes == 2)
+        sweep(t, adj, top, 2);
+    else
+        sweep(t, adj, top, AD_LANES);
 }
 
 ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj)

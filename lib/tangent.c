@@ -3,37 +3,57 @@
  * The recording is the linearisation of f at x ("You Only Linearize Once"):
  * run forward over the stored partials it gives J v, run backward (resolve.c)
  * its transpose.  A slot of an n-ary run is swept like any record, giving
- * that slot's share of the tangent; the header adds up the shares below it. */
+ * that slot's share of the tangent; the header adds up the shares below it.
+ * Like the reverse sweep it carries L tangents per ID side by side. */
 #include <string.h>
 
 #include "tape.h"
 
-/* The sink's partial may be anything (the partial with respect to a
- * constant); its tangent is 0, and 0 x Inf must not make NaN here. */
-static inline double share(const ad__record *r, const double *tan)
-{
-    double a = r->a ? r->wa * tan[r->a] : 0.0;
-    double b = r->b ? r->wb * tan[r->b] : 0.0;
-    return a + b;
-}
+#if defined(__GNUC__) || defined(__clang__)
+#define AD_INLINE static inline __attribute__((always_inline))
+#else
+#define AD_INLINE static inline
+#endif
 
-void ad_tangent(const ad_tape *t, double *tan, uint32_t top)
+AD_INLINE void sweep(const ad_tape *t, double *tan, uint32_t top, const size_t L)
 {
     uint32_t id = t->first;
     for (size_t c = 0; id <= top; c++) {
         const ad__record *r = t->chunks[c];
         const ad__record *end = r + AD_CHUNK;
         for (; r < end && id <= top; r++, id++) {
+            double *out = tan + (size_t)id * L;
             if (AD__UNLIKELY(r->b == AD__NARY)) {
-                double sum = 0.0;
+                for (size_t l = 0; l < L; l++)
+                    out[l] = 0.0;
                 for (uint32_t k = 1; k <= r->a; k++)
-                    sum += tan[id - k];
-                tan[id] = sum;
-            } else {
-                tan[id] = share(r, tan);
+                    for (size_t l = 0; l < L; l++)
+                        out[l] += tan[(size_t)(id - k) * L + l];
+                continue;
             }
+            /* The sink's tangent is 0 and its partial, with respect to a
+             * constant, may be anything: 0 x Inf must not make NaN here. */
+            double wa = r->a ? r->wa : 0.0, wb = r->b ? r->wb : 0.0;
+            const double *ta = tan + (size_t)r->a * L, *tb = tan + (size_t)r->b * L;
+            for (size_t l = 0; l < L; l++)
+                out[l] = wa * ta[l] + wb * tb[l];
         }
     }
+}
+
+void ad_tangent(const ad_tape *t, double *tan, uint32_t top)
+{
+    sweep(t, tan, top, 1);
+}
+
+void ad_tangent_lanes(const ad_tape *t, double *tan, uint32_t top, size_t lanes)
+{
+    if (lanes == 1)
+        sweep(t, tan, top, 1);
+    else if (lanes == 2)
+        sweep(t, tan, top, 2);
+    else
+        sweep(t, tan, top, AD_LANES);
 }
 
 ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv)

@@ -75,7 +75,13 @@ AD_HIDDEN ad_tape *ad_thread_tape(void);
 AD_HIDDEN ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n,
                               const double *x, size_t m);
 AD_HIDDEN uint32_t ad_outputs_top(const ad_tape *t, size_t m);
+AD_HIDDEN uint32_t ad_outputs_top_of(const ad_tape *t, size_t from, size_t count);
 AD_HIDDEN void ad_fill_nan(double *p, size_t count);
+
+/* Sweeps carry up to AD_LANES cotangents or tangents per ID side by side
+ * (array[id * lanes + lane], lanes 1, 2 or AD_LANES), so that a block of
+ * Jacobian rows or columns shares one pass over the records. */
+#define AD_LANES 4
 
 /* resolve.c: the reverse sweep.  ad_resolve applies records top, top-1, ...,
  * first, each once, adding cotangent x partial into its arguments'
@@ -83,6 +89,7 @@ AD_HIDDEN void ad_fill_nan(double *p, size_t count);
  * (1 when w is NULL), sweeps, and writes the inputs' cotangents to wj. */
 AD_HIDDEN void ad_resolve(const ad_tape *t, double *adj, uint32_t top);
 AD_HIDDEN ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj);
+AD_HIDDEN void ad_resolve_lanes(const ad_tape *t, double *adj, uint32_t top, size_t lanes);
 
 /* Test hook (sparse.c): resolve sparse rows with the uthash map even when
  * the dense arrays are available, so both stores are tested and measured. */
@@ -92,6 +99,7 @@ AD_HIDDEN void ad_test_sparse_force_hash(int on);
  * each tangent the partials times its arguments' tangents; ad_forward seeds
  * the inputs with v and writes the outputs' tangents to jv. */
 AD_HIDDEN void ad_tangent(const ad_tape *t, double *tan, uint32_t top);
+AD_HIDDEN void ad_tangent_lanes(const ad_tape *t, double *tan, uint32_t top, size_t lanes);
 AD_HIDDEN ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv);
 
 #endif

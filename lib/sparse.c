@@ -8,13 +8,21 @@
  * Inputs reached are the row's nonzeros: the structure comes from the tape.
  *
  * The pending set is dense by default: a value per ID, valid where a stamp
- * says it was set in this row, so nothing is cleared between rows.  When the
- * dense arrays (12 bytes per ID) cannot be had, a uthash map takes over,
- * whose memory grows only with what one row reaches. */
+ * says it was set in this row, so nothing is cleared between rows, and the
+ * pending record IDs in a two-level bitmap, whose highest bit is found with
+ * a count of leading zeros.  When the dense arrays (12 bytes per ID) cannot
+ * be had, a uthash map takes over, with a max-heap for the order: memory
+ * that grows only with what one row reaches. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "tape.h"
+
+#if defined(__GNUC__) || defined(__clang__)
+#define AD_INLINE static inline __attribute__((always_inline))
+#else
+#define AD_INLINE static inline
+#endif
 
 /* uthash must not exit() when memory runs out: it reports, and we return
  * AD_ENOMEM.  Its tables come from our allocator. */
@@ -58,6 +66,9 @@ typedef struct row_state {
     double *val;
     uint32_t *stamp;
     uint32_t epoch;
+    uint64_t *bits, *summary;  /* pending records: bit id; bit id / 64 */
+    size_t pending;
+    uint32_t below;            /* every pending ID is <= below */
     /* hash mode */
     int hashed;
     pend_entry *map;
@@ -68,9 +79,9 @@ typedef struct row_state {
     ad_status status;
 } row_state;
 
-static int ids_push(ids *v, uint32_t id)
+static int ids_grow(ids *v)
 {
-    if (v->len == v->cap) {
+    {
         size_t cap = v->cap ? 2 * v->cap : 64;
         uint32_t *p = ad_alloc(cap * sizeof *p);
         if (!p)
@@ -81,6 +92,13 @@ static int ids_push(ids *v, uint32_t id)
         v->p = p;
         v->cap = cap;
     }
+    return 1;
+}
+
+AD_INLINE int ids_push(ids *v, uint32_t id)
+{
+    if (v->len == v->cap && !ids_grow(v))
+        return 0;
     v->p[v->len++] = id;
     return 1;
 }
@@ -92,6 +110,56 @@ static void heap_up(uint32_t *h, size_t i)
         h[i] = h[up];
         h[up] = x;
     }
+}
+
+/* ---- the dense store's order: a two-level bitmap of pending IDs ---- */
+
+static inline void bits_set(row_state *rs, uint32_t id)
+{
+    rs->bits[id >> 6] |= (uint64_t)1 << (id & 63);
+    rs->summary[id >> 12] |= (uint64_t)1 << ((id >> 6) & 63);
+    rs->pending++;
+}
+
+/* Bits 0..k of a word (k < 64). */
+static inline uint64_t up_to(unsigned k)
+{
+    return k == 63 ? ~(uint64_t)0 : ((uint64_t)1 << (k + 1)) - 1;
+}
+
+static inline unsigned top_bit(uint64_t w)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    return 63u - (unsigned)__builtin_clzll(w);
+#else
+    unsigned k = 63;
+    while (!(w >> k))
+        k--;
+    return k;
+#endif
+}
+
+/* Takes the highest pending ID.  A gap in the tape costs one summary word
+ * per 4096 IDs. */
+static uint32_t bits_pop(row_state *rs)
+{
+    size_t w = rs->below >> 6;
+    uint64_t word = rs->bits[w] & up_to(rs->below & 63);
+    if (!word) {
+        size_t s = w >> 6;
+        uint64_t sw = rs->summary[s] & (((uint64_t)1 << (w & 63)) - 1);
+        while (!sw)
+            sw = rs->summary[--s];
+        w = (s << 6) + top_bit(sw);
+        word = rs->bits[w];
+    }
+    uint32_t id = (uint32_t)((w << 6) + top_bit(word));
+    rs->bits[w] = word & ~((uint64_t)1 << (id & 63));
+    if (!rs->bits[w])
+        rs->summary[w >> 6] &= ~((uint64_t)1 << (w & 63));
+    rs->pending--;
+    rs->below = id - 1;
+    return id;
 }
 
 static uint32_t heap_pop(ids *heap)
@@ -127,10 +195,11 @@ static pend_entry *hash_new(row_state *rs, uint32_t id)
     return hash_oom ? NULL : e;
 }
 
-/* The cotangent slot of id in this row, and whether it is new. */
-static double *slot(row_state *rs, uint32_t id, int *fresh)
+/* The cotangent slot of id in this row, and whether it is new.  The row
+ * functions below are inlined with `hashed` a constant, one copy per store. */
+AD_INLINE double *slot(row_state *rs, uint32_t id, int *fresh, const int hashed)
 {
-    if (!rs->hashed) {
+    if (!hashed) {
         *fresh = rs->stamp[id] != rs->epoch;
         rs->stamp[id] = rs->epoch;
         return &rs->val[id];
@@ -144,12 +213,12 @@ static double *slot(row_state *rs, uint32_t id, int *fresh)
 }
 
 /* Stage a call of record (or input) id with cotangent c. */
-static void stage(row_state *rs, uint32_t id, double c)
+AD_INLINE void stage(row_state *rs, uint32_t id, double c, const int hashed)
 {
     if (!id)  /* a constant */
         return;
     int fresh;
-    double *v = slot(rs, id, &fresh);
+    double *v = slot(rs, id, &fresh, hashed);
     if (!v) {
         rs->status = AD_ENOMEM;
         return;
@@ -159,24 +228,30 @@ static void stage(row_state *rs, uint32_t id, double c)
         return;
     }
     *v = c;
-    if (!ids_push(id <= rs->n ? &rs->cols : &rs->heap, id))
-        rs->status = AD_ENOMEM;
-    else if (id > rs->n)
+    if (id <= rs->n) {
+        if (!ids_push(&rs->cols, id))
+            rs->status = AD_ENOMEM;
+    } else if (!hashed) {
+        bits_set(rs, id);
+    } else if (ids_push(&rs->heap, id)) {
         heap_up(rs->heap.p, rs->heap.len - 1);
+    } else {
+        rs->status = AD_ENOMEM;
+    }
 }
 
-static void expand(row_state *rs, uint32_t id, double z)
+AD_INLINE void expand(row_state *rs, uint32_t id, double z, const int hashed)
 {
     const ad__record *r = ad_tape_record(rs->t, id);
     if (r->b != AD__NARY) {
-        stage(rs, r->a, z * r->wa);
-        stage(rs, r->b, z * r->wb);
+        stage(rs, r->a, z * r->wa, hashed);
+        stage(rs, r->b, z * r->wb, hashed);
         return;
     }
     for (uint32_t k = 1; k <= r->a; k++) {
         const ad__record *s = ad_tape_record(rs->t, id - k);
-        stage(rs, s->a, z * s->wa);
-        stage(rs, s->b, z * s->wb);
+        stage(rs, s->a, z * s->wa, hashed);
+        stage(rs, s->b, z * s->wb, hashed);
     }
 }
 
@@ -184,6 +259,22 @@ static int by_id(const void *a, const void *b)
 {
     uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
     return (x > y) - (x < y);
+}
+
+/* Rows are usually short: insertion sort, qsort for long ones. */
+static void sort_ids(ids *v)
+{
+    if (v->len > 32) {
+        qsort(v->p, v->len, sizeof *v->p, by_id);
+        return;
+    }
+    for (size_t i = 1; i < v->len; i++) {
+        uint32_t x = v->p[i];
+        size_t j = i;
+        for (; j && v->p[j - 1] > x; j--)
+            v->p[j] = v->p[j - 1];
+        v->p[j] = x;
+    }
 }
 
 static void start_row(row_state *rs)
@@ -203,19 +294,28 @@ static void start_row(row_state *rs)
     rs->used = 0;
 }
 
+AD_INLINE void resolve_row_in(row_state *rs, uint32_t out, const int hashed)
+{
+    start_row(rs);
+    rs->below = out;
+    stage(rs, out, 1.0, hashed);
+    while ((hashed ? rs->heap.len : rs->pending) && rs->status == AD_OK) {
+        uint32_t id = hashed ? heap_pop(&rs->heap) : bits_pop(rs);
+        int fresh;
+        double z = *slot(rs, id, &fresh, hashed);  /* pending, so present */
+        expand(rs, id, z, hashed);
+    }
+    sort_ids(&rs->cols);
+}
+
 /* Resolves row `out` (an output's ID); leaves its input IDs, sorted, in
  * rs->cols with their values findable through slot(). */
 static void resolve_row(row_state *rs, uint32_t out)
 {
-    start_row(rs);
-    stage(rs, out, 1.0);
-    while (rs->heap.len && rs->status == AD_OK) {
-        uint32_t id = heap_pop(&rs->heap);
-        int fresh;
-        double z = *slot(rs, id, &fresh);  /* pending, so present */
-        expand(rs, id, z);
-    }
-    qsort(rs->cols.p, rs->cols.len, sizeof *rs->cols.p, by_id);
+    if (rs->hashed)
+        resolve_row_in(rs, out, 1);
+    else
+        resolve_row_in(rs, out, 0);
 }
 
 /* ---- the CSR being built ---- */
@@ -254,7 +354,7 @@ static ad_status append_row(row_state *rs, ad_csr *J, size_t *cap)
         uint32_t id = rs->cols.p[k];
         int fresh;
         J->col[J->nnz] = id - 1;
-        J->val[J->nnz] = *slot(rs, id, &fresh);
+        J->val[J->nnz] = *slot(rs, id, &fresh, rs->hashed);
         J->nnz++;
     }
     return AD_OK;
@@ -262,11 +362,24 @@ static ad_status append_row(row_state *rs, ad_csr *J, size_t *cap)
 
 /* Dense arrays if they can be had (stamps zeroed whenever they are new or
  * the epoch wraps), else the hash map. */
+/* Room for a zeroed bitmap of `words` words; kept zero between calls. */
+static int reserve_bits(uint64_t **bits, size_t *cap, size_t words)
+{
+    uint64_t *old = *bits;
+    if (ad_reserve((void **)bits, cap, words, sizeof **bits) != AD_OK)
+        return 0;
+    if (*bits != old)
+        memset(*bits, 0, *cap * sizeof **bits);
+    return 1;
+}
+
 static void choose_store(row_state *rs, ad_tape *t, uint32_t hi, size_t rows)
 {
     uint32_t *old = t->stamp;
     if (force_hash || ad_tape_reserve_adjoints(t, hi) != AD_OK ||
-        ad_reserve((void **)&t->stamp, &t->stamp_cap, (size_t)hi + 1, sizeof *t->stamp) != AD_OK) {
+        ad_reserve((void **)&t->stamp, &t->stamp_cap, (size_t)hi + 1, sizeof *t->stamp) != AD_OK ||
+        !reserve_bits(&t->bits, &t->bits_cap, ((size_t)hi >> 6) + 1) ||
+        !reserve_bits(&t->summary, &t->summary_cap, ((size_t)hi >> 12) + 1)) {
         rs->hashed = 1;
         return;
     }
@@ -279,12 +392,16 @@ static void choose_store(row_state *rs, ad_tape *t, uint32_t hi, size_t rows)
     rs->val = t->adj;
     rs->stamp = t->stamp;
     rs->epoch = t->epoch;
+    rs->bits = t->bits;
+    rs->summary = t->summary;
 }
 
 static void finish_store(row_state *rs, ad_tape *t)
 {
     if (!rs->hashed)
         t->epoch = rs->epoch;
+    while (rs->pending)  /* a row cut short by an error */
+        bits_pop(rs);
     HASH_CLEAR(hh, rs->map);
     while (rs->blocks) {
         pool_block *b = rs->blocks;

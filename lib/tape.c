@@ -21,6 +21,8 @@ void ad_tape_free(ad_tape *t)
     ad_free(t->inputs);
     ad_free(t->outputs);
     ad_free(t->stamp);
+    ad_free(t->bits);
+    ad_free(t->summary);
     memset(t, 0, sizeof *t);
 }
 

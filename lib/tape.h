@@ -32,6 +32,8 @@ typedef struct ad_tape {
     uint32_t *stamp;         /* sparse.c: which row last reached each ID */
     size_t stamp_cap;
     uint32_t epoch;          /* sparse.c: stamp of the current row */
+    uint64_t *bits, *summary;  /* sparse.c: pending IDs; all zero between calls */
+    size_t bits_cap, summary_cap;
 } ad_tape;
 
 typedef struct ad_thread {

@@ -102,7 +102,7 @@ AD_API void ad_linear_free(ad_linear *L);
 
 /* Compressed sparse rows: row i holds col[row_ptr[i] .. row_ptr[i+1]) and
  * the matching val, columns ascending.  Free with ad_csr_free. */
-typedef struct {
+typedef struct ad_csr {
     size_t rows, cols, nnz;
     size_t *row_ptr;
     size_t *col;

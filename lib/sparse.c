@@ -376,18 +376,19 @@ static int reserve_bits(uint64_t **bits, size_t *cap, size_t words)
 static void choose_store(row_state *rs, ad_tape *t, uint32_t hi, size_t rows)
 {
     uint32_t *old = t->stamp;
-    if (force_hash || ad_tape_reserve_adjoints(t, hi) != AD_OK ||
-        ad_reserve((void **)&t->stamp, &t->stamp_cap, (size_t)hi + 1, sizeof *t->stamp) != AD_OK ||
-        !reserve_bits(&t->bits, &t->bits_cap, ((size_t)hi >> 6) + 1) ||
+    int dense = !force_hash && ad_tape_reserve_adjoints(t, hi) == AD_OK &&
+                ad_reserve((void **)&t->stamp, &t->stamp_cap, (size_t)hi + 1, sizeof *t->stamp) == AD_OK;
+    /* Each row takes the next epoch; new stamps, or epochs that would wrap
+     * within this call, start again from zero.  New stamps are zeroed at
+     * once, even if what follows fails: a later call trusts them. */
+    if (t->stamp && (t->stamp != old || t->epoch >= UINT32_MAX - rows)) {
+        memset(t->stamp, 0, t->stamp_cap * sizeof *t->stamp);
+        t->epoch = 0;
+    }
+    if (!dense || !reserve_bits(&t->bits, &t->bits_cap, ((size_t)hi >> 6) + 1) ||
         !reserve_bits(&t->summary, &t->summary_cap, ((size_t)hi >> 12) + 1)) {
         rs->hashed = 1;
         return;
-    }
-    /* Each row takes the next epoch; new stamps, or epochs that would wrap
-     * within this call, start again from zeroed stamps. */
-    if (t->stamp != old || t->epoch >= UINT32_MAX - rows) {
-        memset(t->stamp, 0, t->stamp_cap * sizeof *t->stamp);
-        t->epoch = 0;
     }
     rs->val = t->adj;
     rs->stamp = t->stamp;

@@ -137,4 +137,55 @@ static inline void check_all_nan(double fx, const double *grad, size_t n,
 /* The outputs of a failed ad_gradient call: all NaN. */
 #define assert_all_nan(fx, grad, n) check_all_nan((fx), (grad), (n), __FILE__, __LINE__)
 
+/* ---- vectors and CSR matrices (vector-valued functions) ---- */
+
+static inline void fill_uniform(uint64_t *state, double *p, size_t n, double lo, double hi)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = rng_uniform(state, lo, hi);
+}
+
+/* A well-formed CSR of the given shape: row_ptr from 0 to nnz, never
+ * decreasing, columns strictly ascending within each row and below cols. */
+static inline void check_csr_valid(const ad_csr *J, size_t rows, size_t cols,
+                                   const char *file, int line)
+{
+    if (J->rows != rows || J->cols != cols) {
+        print_error("CSR is %zu x %zu, expected %zu x %zu\n", J->rows, J->cols, rows, cols);
+        _fail(file, line);
+    }
+    if (!J->row_ptr || J->row_ptr[0] != 0 || J->row_ptr[rows] != J->nnz ||
+        (J->nnz && (!J->col || !J->val))) {
+        print_error("CSR arrays: row_ptr %p, col %p, val %p, nnz %zu\n", (void *)J->row_ptr,
+                    (void *)J->col, (void *)J->val, J->nnz);
+        _fail(file, line);
+    }
+    for (size_t r = 0; r < rows; r++) {
+        if (J->row_ptr[r] > J->row_ptr[r + 1]) {
+            print_error("CSR row_ptr[%zu] = %zu > row_ptr[%zu] = %zu\n", r, J->row_ptr[r],
+                        r + 1, J->row_ptr[r + 1]);
+            _fail(file, line);
+        }
+        for (size_t k = J->row_ptr[r]; k < J->row_ptr[r + 1]; k++)
+            if (J->col[k] >= cols || (k > J->row_ptr[r] && J->col[k] <= J->col[k - 1])) {
+                print_error("CSR row %zu: column %zu at entry %zu (not ascending or >= %zu)\n",
+                            r, J->col[k], k, cols);
+                _fail(file, line);
+            }
+    }
+}
+
+/* The CSR of a failed call: empty, no arrays. */
+static inline void check_csr_empty(const ad_csr *J, const char *file, int line)
+{
+    if (J->rows || J->cols || J->nnz || J->row_ptr || J->col || J->val) {
+        print_error("CSR not emptied: %zu x %zu, nnz %zu, row_ptr %p, col %p, val %p\n", J->rows,
+                    J->cols, J->nnz, (void *)J->row_ptr, (void *)J->col, (void *)J->val);
+        _fail(file, line);
+    }
+}
+
+#define assert_csr_valid(J, rows, cols) check_csr_valid((J), (rows), (cols), __FILE__, __LINE__)
+#define assert_csr_empty(J) check_csr_empty((J), __FILE__, __LINE__)
+
 #endif

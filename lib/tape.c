@@ -62,7 +62,9 @@ ad_status ad_reserve(void **buf, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap)
         return AD_OK;
-    size_t n = *cap ? *cap : 64;
+    /* Exact the first time (a workload usually repeats its size), doubling
+     * when it grows. */
+    size_t n = *cap ? *cap : need < 64 ? 64 : need;
     while (n < need)
         n = n > SIZE_MAX / 2 ? need : n * 2;
     if (n > SIZE_MAX / elem)

@@ -6,10 +6,10 @@ if (!exists("dir")) dir = "benchmarks/results"
 if (!exists("term")) term = "svg"
 
 if (term eq "png") {
-    set terminal pngcairo size 1200,520 font ",10"
+    set terminal pngcairo size 1200,660 font ",10"
     set output dir."/bench.png"
 } else {
-    set terminal svg size 1200,520 dynamic font ",10"
+    set terminal svg size 1200,660 dynamic font ",10"
     set output dir."/bench.svg"
 }
 
@@ -38,10 +38,10 @@ set format x "%g"
 set title "Table 1 programs: gradient time / plain-double time (log scale)"
 set xlabel ""
 set ylabel "gradient / plain"
-set xtics rotate by -30 left noenhanced
+set xtics rotate by 90 right noenhanced  # upright labels cannot overlap
+set bmargin 15
 set autoscale x
 set offsets 0.6, 0.6, 0, 0
-set rmargin 12  # the last rotated label runs to the right
 set yrange [1:1e5]  # headroom above the bars for the key
 label(p, n) = (p eq "scalar mult" || p eq "rotate_vec_by_quat") ? p : sprintf("%s n=10^%.0f", p, log10(n))
 plot dir."/programs.tsv" using ($0 - 0.2):9:xtic(label(strcol(1), $2)) with impulses lw 8 title "dualrev", \

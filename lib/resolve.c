@@ -13,12 +13,6 @@
 
 #include "tape.h"
 
-#if defined(__GNUC__) || defined(__clang__)
-#define AD_INLINE static inline __attribute__((always_inline))
-#else
-#define AD_INLINE static inline
-#endif
-
 /* p[0..L) += z[0..L) * w.  Lanes go in pairs where the compiler has
  * vector types (compilers do not pair them on their own here); adj is
  * 64-byte aligned, so a pair of lanes at p is 16-byte aligned. */

@@ -18,12 +18,6 @@
 
 #include "tape.h"
 
-#if defined(__GNUC__) || defined(__clang__)
-#define AD_INLINE static inline __attribute__((always_inline))
-#else
-#define AD_INLINE static inline
-#endif
-
 /* uthash must not exit() when memory runs out: it reports, and we return
  * AD_ENOMEM.  Its tables come from our allocator. */
 static _Thread_local int hash_oom;

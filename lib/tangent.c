@@ -9,12 +9,6 @@
 
 #include "tape.h"
 
-#if defined(__GNUC__) || defined(__clang__)
-#define AD_INLINE static inline __attribute__((always_inline))
-#else
-#define AD_INLINE static inline
-#endif
-
 AD_INLINE void sweep(const ad_tape *t, double *tan, uint32_t top, const size_t L)
 {
     uint32_t id = t->first;

@@ -188,4 +188,27 @@ static inline void check_csr_empty(const ad_csr *J, const char *file, int line)
 #define assert_csr_valid(J, rows, cols) check_csr_valid((J), (rows), (cols), __FILE__, __LINE__)
 #define assert_csr_empty(J) check_csr_empty((J), __FILE__, __LINE__)
 
+/* ---- a value smuggled out of one recording into another ---- */
+
+/* y_0 = x_0; y_1 = (length + 1) x_0, in `length` records, saved with
+ * `save`, else the value saved by an earlier call. */
+typedef struct fn_smuggler {
+    int save;
+    long length;
+    ad_real saved;
+} fn_smuggler;
+
+static inline void fn_smuggle(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
+{
+    fn_smuggler *s = ctx;
+    ad_real v = x[0];
+    (void)n, (void)m;
+    for (long k = 0; k < s->length; k++)
+        v = ad_add(v, x[0]);
+    if (s->save)
+        s->saved = v;
+    y[0] = x[0];
+    y[1] = s->saved;
+}
+
 #endif

@@ -1550,26 +1550,6 @@ static void test_tape_limit(void **state)
 
 /* ---- values from other recordings ---- */
 
-/* y_0 = x_0; y_1 = (length + 1) x_0, in `length` records, saved with
- * `save`, else the value saved by an earlier call. */
-typedef struct smuggler {
-    int save;
-    long length;
-    ad_real saved;
-} smuggler;
-
-static void smuggle(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
-{
-    smuggler *s = ctx;
-    ad_real v = x[0];
-    (void)n, (void)m;
-    for (long k = 0; k < s->length; k++)
-        v = ad_add(v, x[0]);
-    if (s->save)
-        s->saved = v;
-    y[0] = x[0];
-    y[1] = s->saved;
-}
 
 /* Every entry point on f, without assertions (it may run inside an
  * objective); check_foreign_probe checks the results. */
@@ -1618,15 +1598,15 @@ static void test_foreign_from_earlier_recording(void **state)
     static const long later_lengths[] = {999, 1};
     (void)state;
     for (size_t i = 0; i < 2; i++) {
-        smuggler s = {1, 1000, {0, 0}};
+        fn_smuggler s = {1, 1000, {0, 0}};
         const double x[1] = {1.0};
         double y[2], jac[2];
-        assert_int_equal(ad_jacobian(smuggle, &s, 1, x, 2, y, jac), AD_OK);
+        assert_int_equal(ad_jacobian(fn_smuggle, &s, 1, x, 2, y, jac), AD_OK);
         assert_same(y[1], 1001.0);
         assert_same(jac[1], 1001.0);
         s.save = 0;
         s.length = later_lengths[i];  /* its last ID is one below, or far below */
-        check_all_foreign(smuggle, &s);
+        check_all_foreign(fn_smuggle, &s);
     }
 }
 

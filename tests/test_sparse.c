@@ -1014,37 +1014,17 @@ static void test_tape_limit(void **state)
     check_limited(200000, AD_OK);
 }
 
-/* y_0 = x_0; y_1 = (length + 1) x_0, saved with `save`, else the value
- * saved by an earlier call. */
-typedef struct smuggler {
-    int save;
-    long length;
-    ad_real saved;
-} smuggler;
-
-static void smuggle(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
-{
-    smuggler *s = ctx;
-    ad_real v = x[0];
-    (void)n, (void)m;
-    for (long k = 0; k < s->length; k++)
-        v = ad_add(v, x[0]);
-    if (s->save)
-        s->saved = v;
-    y[0] = x[0];
-    y[1] = s->saved;
-}
 
 static void test_foreign(void **state)
 {
     static const long later_lengths[] = {999, 1};
     (void)state;
     for (size_t i = 0; i < 2; i++) {
-        smuggler s = {1, 1000, {0, 0}};
+        fn_smuggler s = {1, 1000, {0, 0}};
         const double x[1] = {1.0};
         double y[2];
         ad_csr J;
-        assert_int_equal(ad_sparse_jacobian(smuggle, &s, 1, x, 2, y, &J), AD_OK);
+        assert_int_equal(ad_sparse_jacobian(fn_smuggle, &s, 1, x, 2, y, &J), AD_OK);
         assert_same(y[1], 1001.0);
         assert_int_equal(J.nnz, 2);
         assert_same(J.val[1], 1001.0);
@@ -1052,7 +1032,7 @@ static void test_foreign(void **state)
         s.save = 0;
         s.length = later_lengths[i];
         fill(y, 2, 7.0), junk(&J);
-        assert_int_equal(ad_sparse_jacobian(smuggle, &s, 1, x, 2, y, &J), AD_EFOREIGN);
+        assert_int_equal(ad_sparse_jacobian(fn_smuggle, &s, 1, x, 2, y, &J), AD_EFOREIGN);
         assert_all_nan_n(y, 2);
         assert_csr_empty(&J);
     }

@@ -188,6 +188,19 @@ static inline void check_csr_empty(const ad_csr *J, const char *file, int line)
 #define assert_csr_valid(J, rows, cols) check_csr_valid((J), (rows), (cols), __FILE__, __LINE__)
 #define assert_csr_empty(J) check_csr_empty((J), __FILE__, __LINE__)
 
+/* sum_i x_i^2, then *(const long *)ctx more records (multiplications by 1),
+ * to make a tape of a chosen length with a known gradient, 2x. */
+static inline ad_real padded_squares(const ad_real *x, size_t n, void *ctx)
+{
+    const long *pad = ctx;
+    ad_real s = ad_const(0.0);
+    for (size_t i = 0; i < n; i++)
+        s = ad_add(s, ad_mul(x[i], x[i]));
+    for (long k = 0; k < *pad; k++)
+        s = ad_mul(s, 1.0);
+    return s;
+}
+
 /* ---- a value smuggled out of one recording into another ---- */
 
 /* y_0 = x_0; y_1 = (length + 1) x_0, in `length` records, saved with

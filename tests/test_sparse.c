@@ -584,16 +584,6 @@ static void test_nary_longer_than_a_chunk(void **state)
 
 /* ---- calls in sequence: the stores' memory is reused ---- */
 
-static ad_real quadratic_pad(const ad_real *x, size_t n, void *ctx)
-{
-    const long *pad = ctx;
-    ad_real s = ad_const(0.0);
-    for (size_t i = 0; i < n; i++)
-        s = ad_add(s, ad_mul(x[i], x[i]));
-    for (long k = 0; k < *pad; k++)
-        s = ad_mul(s, 1.0);
-    return s;
-}
 
 static void test_calls_in_sequence(void **state)
 {
@@ -613,7 +603,7 @@ static void test_calls_in_sequence(void **state)
     check_sp(&A, xa);
     check_sp(&B, xb);
     check_sp(&A, xa);
-    gradient_ok(quadratic_pad, &pad, 64, gx, g);  /* the thread's tape and cotangents change */
+    gradient_ok(padded_squares, &pad, 64, gx, g);  /* the thread's tape and cotangents change */
     check_sp(&C, xc);
     check_sp(&B, xb);
     assert_int_equal(ad_release(), AD_OK);

@@ -1,7 +1,5 @@
 /* dualrev: ad_gradient, a scalar objective recorded as a function with one
  * output, then one reverse sweep seeded with 1 (paper, sections 8 and 9). */
-#include <string.h>
-
 #include "tape.h"
 
 typedef struct scalar {
@@ -29,7 +27,7 @@ ad_status ad_gradient(ad_objective f, void *ctx, size_t n, const double *x,
         s = ad_reverse(t, 1, NULL, grad);
     if (s != AD_OK)
         goto fail;
-    *fx = t->outputs[0].v;
+    ad_read_outputs(t, 1, fx);
     return AD_OK;
 fail:
     ad_fill_nan(fx, 1);

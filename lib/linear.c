@@ -13,13 +13,6 @@ struct ad_linear {
     size_t n, m;
 };
 
-/* The values of the outputs of the last recording. */
-static void read_values(const ad_tape *t, size_t m, double *y)
-{
-    for (size_t j = 0; j < m; j++)
-        y[j] = t->outputs[j].v;
-}
-
 static int bad_args(ad_function f, size_t n, const double *x, size_t m, const double *y)
 {
     return !f || (n && !x) || (m && !y);
@@ -41,7 +34,7 @@ static ad_status record_and_sweep(ad_function f, void *ctx, size_t n, const doub
         s = run(t, m, in, out);
     if (s != AD_OK)
         goto fail;
-    read_values(t, m, y);
+    ad_read_outputs(t, m, y);
     return AD_OK;
 fail:
     ad_fill_nan(y, m);
@@ -76,7 +69,7 @@ static void jacobian_by_columns(ad_tape *t, size_t n, size_t m, uint32_t hi, dou
         memset(tan, 0, (n + 1) * L * sizeof *tan);
         for (size_t b = 0; b < B; b++)
             tan[(i0 + b + 1) * L + b] = 1.0;
-        ad_tangent_lanes(t, tan, hi, L);
+        ad_tangent(t, tan, hi, L);
         for (size_t j = 0; j < m; j++)
             for (size_t b = 0; b < B; b++)
                 jac[j * n + i0 + b] = tan[(size_t)t->outputs[j].id * L + b];
@@ -94,7 +87,7 @@ static void jacobian_by_rows(ad_tape *t, size_t n, size_t m, double *jac)
         memset(adj, 0, ((size_t)top + 1) * L * sizeof *adj);
         for (size_t b = 0; b < B; b++)
             adj[(size_t)t->outputs[j0 + b].id * L + b] += 1.0;
-        ad_resolve_lanes(t, adj, top, L);
+        ad_resolve(t, adj, top, L);
         for (size_t b = 0; b < B; b++)
             for (size_t i = 0; i < n; i++)
                 jac[(j0 + b) * n + i] = adj[(i + 1) * L + b];
@@ -119,7 +112,7 @@ ad_status ad_jacobian(ad_function f, void *ctx, size_t n, const double *x, size_
         jacobian_by_columns(t, n, m, hi, jac);
     else
         jacobian_by_rows(t, n, m, jac);
-    read_values(t, m, y);
+    ad_read_outputs(t, m, y);
     return AD_OK;
 fail:
     ad_fill_nan(y, m);
@@ -148,7 +141,7 @@ ad_status ad_linearize(ad_function f, void *ctx, size_t n, const double *x, size
         s = ad_tape_reserve_adjoints(&L->tape, ad_outputs_top(&L->tape, m));
     if (s != AD_OK)
         goto fail;
-    read_values(&L->tape, m, y);
+    ad_read_outputs(&L->tape, m, y);
     *out = L;
     return AD_OK;
 fail:

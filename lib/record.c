@@ -65,6 +65,12 @@ uint32_t ad_outputs_top(const ad_tape *t, size_t m)
     return ad_outputs_top_of(t, 0, m);
 }
 
+void ad_read_outputs(const ad_tape *t, size_t m, double *y)
+{
+    for (size_t j = 0; j < m; j++)
+        y[j] = t->outputs[j].v;
+}
+
 void ad_fill_nan(double *p, size_t count)
 {
     if (p)

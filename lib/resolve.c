@@ -91,12 +91,7 @@ AD_INLINE void sweep(const ad_tape *t, double *adj, uint32_t top, const size_t L
     }
 }
 
-void ad_resolve(const ad_tape *t, double *adj, uint32_t top)
-{
-    sweep(t, adj, top, 1);
-}
-
-void ad_resolve_lanes(const ad_tape *t, double *adj, uint32_t top, size_t lanes)
+void ad_resolve(const ad_tape *t, double *adj, uint32_t top, size_t lanes)
 {
     if (lanes == 1)
         sweep(t, adj, top, 1);
@@ -117,7 +112,7 @@ ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj)
      * sink, and reaches nothing. */
     for (size_t j = 0; j < m; j++)
         t->adj[t->outputs[j].id] += w ? w[j] : 1.0;
-    ad_resolve(t, t->adj, hi);  /* records above every output are skipped */
+    ad_resolve(t, t->adj, hi, 1);  /* records above every output are skipped */
     size_t n = t->first - 1;
     if (n)
         memcpy(wj, t->adj + 1, n * sizeof *wj);

@@ -455,8 +455,7 @@ ad_status ad_sparse_jacobian(ad_function f, void *ctx, size_t n, const double *x
         s = build(t, n, m, J);
     if (s != AD_OK)
         goto fail;
-    for (size_t j = 0; j < m; j++)
-        y[j] = t->outputs[j].v;
+    ad_read_outputs(t, m, y);
     return AD_OK;
 fail:
     ad_csr_free(J);

@@ -35,12 +35,7 @@ AD_INLINE void sweep(const ad_tape *t, double *tan, uint32_t top, const size_t L
     }
 }
 
-void ad_tangent(const ad_tape *t, double *tan, uint32_t top)
-{
-    sweep(t, tan, top, 1);
-}
-
-void ad_tangent_lanes(const ad_tape *t, double *tan, uint32_t top, size_t lanes)
+void ad_tangent(const ad_tape *t, double *tan, uint32_t top, size_t lanes)
 {
     if (lanes == 1)
         sweep(t, tan, top, 1);
@@ -60,7 +55,7 @@ ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv)
     t->adj[0] = 0.0;
     if (n)
         memcpy(t->adj + 1, v, n * sizeof *v);
-    ad_tangent(t, t->adj, hi);
+    ad_tangent(t, t->adj, hi, 1);
     for (size_t j = 0; j < m; j++)
         jv[j] = t->adj[t->outputs[j].id];
     return AD_OK;

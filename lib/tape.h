@@ -80,12 +80,13 @@ static inline const ad__record *ad_tape_record(const ad_tape *t, uint32_t id)
 /* record.c: the calling thread's tape for the current nesting depth (NULL
  * when nested too deeply, which ad_record then reports as AD_ENESTING); a
  * recording of f at x on t, outputs in t->outputs[0..m); the highest ID a
- * sweep must cover (outputs and inputs). */
+ * sweep must cover (outputs and inputs); the outputs' values. */
 AD_HIDDEN ad_tape *ad_thread_tape(void);
 AD_HIDDEN ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n,
                               const double *x, size_t m);
 AD_HIDDEN uint32_t ad_outputs_top(const ad_tape *t, size_t m);
 AD_HIDDEN uint32_t ad_outputs_top_of(const ad_tape *t, size_t from, size_t count);
+AD_HIDDEN void ad_read_outputs(const ad_tape *t, size_t m, double *y);
 AD_HIDDEN void ad_fill_nan(double *p, size_t count);
 
 /* Sweeps carry up to AD_LANES cotangents or tangents per ID side by side
@@ -97,9 +98,8 @@ AD_HIDDEN void ad_fill_nan(double *p, size_t count);
  * first, each once, adding cotangent x partial into its arguments'
  * cotangents.  ad_reverse seeds output j of the last recording with w[j]
  * (1 when w is NULL), sweeps, and writes the inputs' cotangents to wj. */
-AD_HIDDEN void ad_resolve(const ad_tape *t, double *adj, uint32_t top);
+AD_HIDDEN void ad_resolve(const ad_tape *t, double *adj, uint32_t top, size_t lanes);
 AD_HIDDEN ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj);
-AD_HIDDEN void ad_resolve_lanes(const ad_tape *t, double *adj, uint32_t top, size_t lanes);
 
 /* Test hook (sparse.c): resolve sparse rows with the uthash map even when
  * the dense arrays are available, so both stores are tested and measured. */
@@ -108,8 +108,7 @@ AD_HIDDEN void ad_test_sparse_force_hash(int on);
 /* tangent.c: the forward sweep, J v.  ad_tangent runs records first..top,
  * each tangent the partials times its arguments' tangents; ad_forward seeds
  * the inputs with v and writes the outputs' tangents to jv. */
-AD_HIDDEN void ad_tangent(const ad_tape *t, double *tan, uint32_t top);
-AD_HIDDEN void ad_tangent_lanes(const ad_tape *t, double *tan, uint32_t top, size_t lanes);
+AD_HIDDEN void ad_tangent(const ad_tape *t, double *tan, uint32_t top, size_t lanes);
 AD_HIDDEN ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv);
 
 #endif

@@ -66,3 +66,18 @@ void tsv_close(FILE *f)
     if (f)
         fclose(f);
 }
+
+void measure_rows(const bench_ctx *b, grad_row *rows, size_t count, const char *tsv_name,
+                  const char *tsv_header, void (*print)(const grad_row *),
+                  void (*write)(FILE *, const grad_row *))
+{
+    FILE *f = tsv_open(b, tsv_name, tsv_header);
+    for (size_t i = 0; i < count; i++) {
+        measure_row(b, &rows[i]);
+        print(&rows[i]);
+        fflush(stdout);
+        if (f)
+            write(f, &rows[i]);
+    }
+    tsv_close(f);
+}

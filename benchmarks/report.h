@@ -24,4 +24,11 @@ void tsv_num(FILE *f, double v, int last);
 
 void tsv_close(FILE *f);
 
+/* Measures each row, prints it as soon as it is done, and writes it to
+ * out_dir/tsv_name (when there is an out_dir): the loop of the gradient
+ * sections. */
+void measure_rows(const bench_ctx *b, grad_row *rows, size_t count, const char *tsv_name,
+                  const char *tsv_header, void (*print)(const grad_row *),
+                  void (*write)(FILE *, const grad_row *));
+
 #endif

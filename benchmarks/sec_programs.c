@@ -68,14 +68,6 @@ static void write_row(FILE *f, const grad_row *r)
 void section_programs(const bench_ctx *b, grad_row *rows, size_t count)
 {
     print_header(b);
-    FILE *f = tsv_open(b, "programs.tsv", TSV_HEADER);
-    for (size_t i = 0; i < count; i++) {
-        measure_row(b, &rows[i]);
-        print_row(&rows[i]);
-        fflush(stdout);
-        if (f)
-            write_row(f, &rows[i]);
-    }
-    tsv_close(f);
+    measure_rows(b, rows, count, "programs.tsv", TSV_HEADER, print_row, write_row);
     print_paper();
 }

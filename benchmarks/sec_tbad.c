@@ -62,15 +62,7 @@ static void print_spread(const grad_row *rows, size_t count)
 void section_tbad(const bench_ctx *b, grad_row *rows, size_t count)
 {
     print_header(b);
-    FILE *f = tsv_open(b, "tbad.tsv", TSV_HEADER);
-    for (size_t i = 0; i < count; i++) {
-        measure_row(b, &rows[i]);
-        print_row(&rows[i]);
-        fflush(stdout);
-        if (f)
-            write_row(f, &rows[i]);
-    }
-    tsv_close(f);
+    measure_rows(b, rows, count, "tbad.tsv", TSV_HEADER, print_row, write_row);
     if (count)
         print_spread(rows, count);
 }

@@ -188,6 +188,24 @@ static inline void check_csr_empty(const ad_csr *J, const char *file, int line)
 #define assert_csr_valid(J, rows, cols) check_csr_valid((J), (rows), (cols), __FILE__, __LINE__)
 #define assert_csr_empty(J) check_csr_empty((J), __FILE__, __LINE__)
 
+/* A call made to fail at allocation i: AD_ENOMEM, and never after a call
+ * with fewer allocations succeeded (failure points come first). */
+static inline void check_alloc_failure(long i, ad_status st, int successes, const char *file,
+                                       int line)
+{
+    if (successes) {
+        print_error("allocation %ld: failed after a call with fewer allocations succeeded\n", i);
+        _fail(file, line);
+    }
+    if (st != AD_ENOMEM) {
+        print_error("allocation %ld failed: status %d (%s), expected AD_ENOMEM\n", i, (int)st,
+                    ad_strerror(st));
+        _fail(file, line);
+    }
+}
+#define assert_alloc_failure(i, st, successes) \
+    check_alloc_failure((i), (st), (successes), __FILE__, __LINE__)
+
 /* sum_i x_i^2, then *(const long *)ctx more records (multiplications by 1),
  * to make a tape of a chosen length with a known gradient, 2x. */
 static inline ad_real padded_squares(const ad_real *x, size_t n, void *ctx)

@@ -55,13 +55,13 @@ warnings)
     CC=gcc configure build-gcc-werror -Dwerror=true
     CC=clang configure build-clang-werror -Dwerror=true
     # The benchmarks are not built by default; build them here too.
-    ninja -C build-gcc-werror benchmarks/dualrev-bench benchmarks/ba-bench
-    ninja -C build-clang-werror benchmarks/dualrev-bench benchmarks/ba-bench
+    ninja -C build-gcc-werror benchmarks/dualrev-bench benchmarks/ba-bench benchmarks/gmm-bench
+    ninja -C build-clang-werror benchmarks/dualrev-bench benchmarks/ba-bench benchmarks/gmm-bench
     ;;
 bench)
     need $BASE_PKGS g++ libadolc-dev gnuplot-nox
     configure build
-    ./benchmarks/run.sh build
+    BUILD_DIR=build ./benchmarks/run.sh
     ;;
 *)
     echo "usage: $0 example|test|sanitize|warnings|bench" >&2

@@ -53,4 +53,13 @@ void section_memory(const bench_ctx *b, mem_row *rows, size_t count);
 void section_targets(const bench_ctx *b, const grad_row *progs, size_t nprogs,
                      const mem_row *mem, size_t nmem);
 
+/* sec_primitives.c: each array primitive against its unrolled scalar form,
+ * at the sizes of at most max_n elements; 1 when every row's check passed. */
+int section_primitives(const bench_ctx *b, size_t max_n);
+
+/* sec_hessian.c: ad_hvp and ad_hessian against ad_gradient, n = 10, 100,
+ * 1000 (a dense objective's n x n elements at most max_n); 1 when every
+ * row's check passed. */
+int section_hessian(const bench_ctx *b, size_t max_n);
+
 #endif

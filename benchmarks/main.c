@@ -42,16 +42,22 @@ static mem_row memory[] = {
 static void usage(const char *argv0)
 {
     fprintf(stderr,
-            "usage: %s [--reps N] [--min-ms MS] [--max-n N] [--out DIR]\n"
+            "usage: %s [--reps N] [--min-ms MS] [--max-n N] [--out DIR] [--only SECTION]\n"
             "  --reps N    timed batches per measurement; the median is reported (11)\n"
             "  --min-ms MS each batch loops until it lasts this long (20)\n"
             "  --max-n N   skip the sizes above N (a quick run: --max-n 100000)\n"
-            "  --out DIR   write programs.tsv, tbad.tsv and memory.tsv there\n",
+            "  --out DIR   write programs.tsv, tbad.tsv, memory.tsv, primitives.tsv and\n"
+            "              hessian.tsv there\n"
+            "  --only primitives  run only the array-primitives section\n"
+            "  --only hessian     run only the second-order section (ad_hvp, ad_hessian)\n",
             argv0);
     exit(2);
 }
 
-static void parse(int argc, char **argv, bench_ctx *b, size_t *max_n)
+/* --only: one section alone. */
+enum { ONLY_NONE, ONLY_PRIMITIVES, ONLY_HESSIAN };
+
+static void parse(int argc, char **argv, bench_ctx *b, size_t *max_n, int *only)
 {
     /* Every option takes a value: walk them in pairs. */
     for (int i = 1; i < argc; i += 2) {
@@ -66,6 +72,10 @@ static void parse(int argc, char **argv, bench_ctx *b, size_t *max_n)
             *max_n = (size_t)strtoull(v, NULL, 10);
         else if (!strcmp(a, "--out"))
             b->out_dir = v;
+        else if (!strcmp(a, "--only") && !strcmp(v, "primitives"))
+            *only = ONLY_PRIMITIVES;
+        else if (!strcmp(a, "--only") && !strcmp(v, "hessian"))
+            *only = ONLY_HESSIAN;
         else
             usage(argv[0]);
     }
@@ -107,8 +117,13 @@ int main(int argc, char **argv)
 {
     bench_ctx b = {{11, 20e6}, NULL, peer_name()};
     size_t max_n = (size_t)-1;
-    parse(argc, argv, &b, &max_n);
+    int only = ONLY_NONE;
+    parse(argc, argv, &b, &max_n, &only);
     print_banner(&b);
+    if (only == ONLY_PRIMITIVES)
+        return section_primitives(&b, max_n) ? 0 : 1;
+    if (only == ONLY_HESSIAN)
+        return section_hessian(&b, max_n) ? 0 : 1;
     size_t np, nt, nm;
     KEEP_UP_TO(programs, max_n, np);
     KEEP_UP_TO(tbad, max_n, nt);
@@ -117,5 +132,7 @@ int main(int argc, char **argv)
     section_tbad(&b, tbad, nt);
     section_memory(&b, memory, nm);
     section_targets(&b, programs, np, memory, nm);
-    return all_checked(programs, np) && all_checked(tbad, nt) ? 0 : 1;
+    int prims_ok = section_primitives(&b, max_n);
+    int hess_ok = section_hessian(&b, max_n);
+    return all_checked(programs, np) && all_checked(tbad, nt) && prims_ok && hess_ok ? 0 : 1;
 }

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Builds dualrev-bench and ba-bench, runs them, keeps their tables and TSV files in
+# Builds dualrev-bench, ba-bench and gmm-bench, runs them, keeps their tables and TSV files in
 # benchmarks/results/, and plots them when gnuplot is installed.
 #   benchmarks/run.sh [dualrev-bench options, e.g. --max-n 100000]
 # BUILD_DIR: the meson build directory (default: build; set up if missing).
@@ -13,7 +13,7 @@ out=$here/results
 if [ ! -f "$build/build.ninja" ]; then
     meson setup "$build" "$root"
 fi
-ninja -C "$build" benchmarks/dualrev-bench benchmarks/ba-bench
+ninja -C "$build" benchmarks/dualrev-bench benchmarks/ba-bench benchmarks/gmm-bench
 mkdir -p "$out"
 
 # tee shows the table as it grows; the status file keeps the program's exit
@@ -34,6 +34,19 @@ ba_status=0
 "$build/benchmarks/ba-bench" >"$out/ba.txt" || ba_status=$?
 cat "$out/ba.txt"
 [ "$ba_status" -eq 0 ] || status=$ba_status
+
+# Then ADBench GMM (gmm_bench.c; about 4 minutes, most of it ADOL-C on
+# d64_K100), shown as it goes; its table goes to results/gmm.txt.
+echo
+{
+    st=0
+    "$build/benchmarks/gmm-bench" || st=$?
+    echo "$st" >"$out/status"
+} |
+    tee "$out/gmm.txt"
+gmm_status=$(cat "$out/status")
+rm -f "$out/status"
+[ "$gmm_status" -eq 0 ] || status=$gmm_status
 
 if command -v gnuplot >/dev/null 2>&1; then
     gnuplot -e "dir='$out'; term='${PLOT_TERM:-svg}'" "$here/plot.gp"

@@ -33,7 +33,8 @@ typedef enum ad_status {
     AD_ERANGE,    /* the recording outgrew the record ID range or the tape limit */
     AD_ENESTING,  /* ad_gradient nested deeper than AD_MAX_NESTING */
     AD_EFOREIGN,  /* the objective returned a value from another recording */
-    AD_EBUSY      /* the call is not allowed while a recording is active */
+    AD_EBUSY,     /* the call is not allowed while a recording is active */
+    AD_ENOTSUP    /* a record on the tape has no rule for this sweep */
 } ad_status;
 
 /* How deeply ad_gradient calls may nest inside objectives on one thread. */
@@ -65,6 +66,22 @@ static inline double ad_value(ad_real x)
     return x.v;
 }
 
+/* ---- second order ----
+ *
+ * Forward over reverse: f is recorded once with each operation's second
+ * partials (a second-order recording; first-order calls never make them),
+ * a forward sweep gives every value's tangent along v, and one reverse
+ * sweep carries the cotangents and their tangents.  ad_hvp costs a small
+ * constant times ad_gradient; ad_hessian takes the n columns four at a
+ * time from one recording.  hess is n x n, row-major, and not symmetrised
+ * (it is symmetric to rounding).  On error every output is NaN.
+ * AD_ENOTSUP if f calls an external function (ad_external), whose rule has
+ * no second order. */
+AD_API ad_status ad_hvp(ad_objective f, void *ctx, size_t n, const double *x, const double *v,
+                        double *fx, double *grad, double *hv);
+AD_API ad_status ad_hessian(ad_objective f, void *ctx, size_t n, const double *x,
+                            double *fx, double *grad, double *hess);
+
 /* ---- vector-valued functions ("You Only Linearize Once") ----
  *
  * f reads x[0..n) and writes y[0..m).  One recording of f at x is its
@@ -76,7 +93,8 @@ static inline double ad_value(ad_real x)
  * AD_EFOREIGN is returned. */
 typedef void (*ad_function)(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx);
 
-/* y = f(x) and jv = J v: one recording, one forward sweep. */
+/* y = f(x) and jv = J v: one recording, one forward sweep (AD_ENOTSUP if
+ * f calls an external function without a jvp rule). */
 AD_API ad_status ad_jvp(ad_function f, void *ctx, size_t n, const double *x, const double *v,
                         size_t m, double *y, double *jv);
 
@@ -117,9 +135,42 @@ AD_API ad_status ad_sparse_jacobian(ad_function f, void *ctx, size_t n, const do
                                     size_t m, double *y, ad_csr *J);
 AD_API void ad_csr_free(ad_csr *J);
 
+/* ---- functions dualrev cannot see: user-supplied derivatives ----
+ *
+ * An external solver, a library call or a hand-written kernel enters a
+ * recording as one record per output.  dualrev runs `primal` on the values
+ * of x, keeps copies of x and y, and later calls the rules with them:
+ *   vjp:  xbar = J^T ybar   (xbar arrives zeroed; the rule fills it)
+ *   jvp:  ydot = J xdot     (optional: without it, forward sweeps -- ad_jvp,
+ *                           ad_linear_jvp, forward Jacobian columns -- return
+ *                           AD_ENOTSUP, and ad_jacobian uses reverse sweeps)
+ * The rules run on plain doubles; they may use dualrev themselves (nested
+ * recordings).  The rule struct is copied.  ctx is kept, not copied: it must
+ * stay valid until the recording is last swept -- until ad_gradient, ad_vjp,
+ * ad_jacobian, ... return, and for ad_linearize until ad_linear_free.
+ * Outside a recording, or when every x is constant, only `primal` runs and
+ * y is constant.  Returns AD_OK, AD_EINVAL (NULL rule, primal or vjp, or
+ * NULL non-empty arrays; also outside a recording), AD_ENOMEM or AD_ERANGE
+ * (the tape's limit); an error is also kept by the recording, whose caller
+ * then reports it, and y is NaN.  On the tape: m + 1 slots, and 80 + 12 n +
+ * 8 m bytes of block data (docs/tape.md). */
+typedef struct ad_rule {
+    void (*primal)(void *ctx, size_t n, const double *x, size_t m, double *y);
+    void (*vjp)(void *ctx, size_t n, const double *x, size_t m, const double *y,
+                const double *ybar, double *xbar);
+    void (*jvp)(void *ctx, size_t n, const double *x, size_t m, const double *y,
+                const double *xdot, double *ydot);
+} ad_rule;
+
+AD_API ad_status ad_external(const ad_rule *rule, void *ctx, size_t n, const ad_real *x,
+                             size_t m, ad_real *y);
+
 /* Cap the number of records one recording on this thread may hold
  * (0 restores the default: the whole ID range, about 4.29e9).  Past the cap
- * ad_gradient returns AD_ERANGE.  Returns the previous cap. */
+ * ad_gradient returns AD_ERANGE.  Returns the previous cap.  A second-order
+ * recording (ad_hvp, ad_hessian) may take a few more records than a
+ * first-order one of the same function: every n-ary record keeps its
+ * header there. */
 AD_API size_t ad_set_tape_limit(size_t max_records);
 
 /* What the calling thread's outermost tape holds and has reserved, as of its
@@ -146,6 +197,7 @@ AD_API ad_status ad_release(void);
 
 #include "dualrev/ops.h"
 #include "dualrev/nary.h"
+#include "dualrev/matrix.h"
 #include "dualrev/generic.h"
 
 #endif

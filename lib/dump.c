@@ -1,7 +1,14 @@
 /* dualrev: a readable listing of a small tape, to look at what was recorded. */
 #include <stdio.h>
 
-#include "tape.h"
+#include "block.h"
+
+static const char *nary_kind(double kind)
+{
+    static const char *const names[] = {"linear", "dot", "sqnorm", "prod", "logsumexp"};
+    int k = (int)kind;
+    return k >= 0 && k < (int)(sizeof names / sizeof *names) ? names[k] : "?";
+}
 
 ad_status ad_tape_dump(FILE *out, size_t max_records)
 {
@@ -20,7 +27,13 @@ ad_status ad_tape_dump(FILE *out, size_t max_records)
     for (uint32_t id = t->first; id <= top && id - t->first < max_records; id++) {
         const ad__record *r = ad_tape_record(t, id);
         if (r->b == AD__NARY)
-            fprintf(out, "%8u  n-ary: the %u slots above are its arguments\n", id, r->a);
+            fprintf(out, "%8u  n-ary (%s): the %u slots above are its arguments\n", id,
+                    nary_kind(r->wa), r->a);
+        else if (r->b == AD__BLOCK)
+            fprintf(out, "%8u  block (%s): %u outputs, %u arguments\n", id, ad_block_of(t, r)->kind->name,
+                    r->a, ad_block_of(t, r)->nargs);
+        else if (r->b == AD__OUT)
+            fprintf(out, "%8u  output %u of the block at %u\n", id, r->a - 1, id - r->a);
         else if (r->b)
             fprintf(out, "%8u  %8u %14.6g  %8u %14.6g\n", id, r->a, r->wa, r->b, r->wb);
         else  /* b = 0 is the constant sink: a one-argument record */

@@ -29,7 +29,7 @@ static ad_status record_and_sweep(ad_function f, void *ctx, size_t n, const doub
     ad_status s = AD_EINVAL;
     if (bad_args(f, n, x, m, y) || (in_len && !in) || (out_len && !out))
         goto fail;
-    s = ad_record(t, f, ctx, n, x, m);
+    s = ad_record(t, f, ctx, n, x, m, 0);
     if (s == AD_OK)
         s = run(t, m, in, out);
     if (s != AD_OK)
@@ -101,14 +101,15 @@ ad_status ad_jacobian(ad_function f, void *ctx, size_t n, const double *x, size_
     ad_status s = AD_EINVAL;
     if (bad_args(f, n, x, m, y) || (n && m && !jac))
         goto fail;
-    s = ad_record(t, f, ctx, n, x, m);
+    s = ad_record(t, f, ctx, n, x, m, 0);
     uint32_t hi = s == AD_OK ? ad_outputs_top(t, m) : 0;
     if (s == AD_OK)
         s = ad_reserve((void **)&t->adj, &t->adj_cap, ((size_t)hi + 1) * AD_LANES, sizeof *t->adj);
     if (s != AD_OK)
         goto fail;
-    /* Recorded once; then whichever of n forward or m reverse sweeps is fewer. */
-    if (n <= m)
+    /* Recorded once; then whichever of n forward or m reverse sweeps is
+     * fewer, unless an external function has no forward rule. */
+    if (n <= m && !t->no_jvp)
         jacobian_by_columns(t, n, m, hi, jac);
     else
         jacobian_by_rows(t, n, m, jac);
@@ -135,7 +136,7 @@ ad_status ad_linearize(ad_function f, void *ctx, size_t n, const double *x, size
     memset(L, 0, sizeof *L);
     L->n = n;
     L->m = m;
-    s = ad_record(&L->tape, f, ctx, n, x, m);
+    s = ad_record(&L->tape, f, ctx, n, x, m, 0);
     /* The sweeps' work array is reserved now, so applying L allocates nothing. */
     if (s == AD_OK)
         s = ad_tape_reserve_adjoints(&L->tape, ad_outputs_top(&L->tape, m));
@@ -158,7 +159,10 @@ ad_status ad_linear_jvp(ad_linear *L, const double *v, double *jv)
         ad_fill_nan(jv, L ? L->m : 0);
         return AD_EINVAL;
     }
-    return ad_forward(&L->tape, L->m, v, jv);
+    ad_status s = ad_forward(&L->tape, L->m, v, jv);
+    if (s != AD_OK)
+        ad_fill_nan(jv, L->m);
+    return s;
 }
 
 ad_status ad_linear_vjp(ad_linear *L, const double *w, double *wj)

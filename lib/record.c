@@ -24,12 +24,13 @@ static ad_status prepare_outputs(ad_tape *t, size_t m)
     return AD_OK;
 }
 
-ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n, const double *x, size_t m)
+ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n, const double *x, size_t m,
+                    int second)
 {
     ad_thread *th = ad_thread_self();
-    if (th->depth == AD_MAX_NESTING)  /* t is then NULL, from ad_thread_tape */
+    if (th->depth >= AD_MAX_NESTING)  /* t is then NULL, from ad_thread_tape */
         return AD_ENESTING;
-    ad_status s = ad_tape_begin(t, n, th->limit);
+    ad_status s = ad_tape_begin(t, n, th->limit, second);
     if (s == AD_OK)
         s = prepare_outputs(t, m);
     if (s != AD_OK)
@@ -51,13 +52,45 @@ ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n, const double
     return AD_OK;
 }
 
+/* A sweep that starts among a block's outputs must cover all of them: the
+ * block reads (or writes) every output's slot at once. */
+static uint32_t to_block_end(const ad_tape *t, uint32_t hi)
+{
+    if (hi < t->first)
+        return hi;
+    const ad__record *r = ad_tape_record(t, hi);
+    if (r->b != AD__OUT)
+        return hi;
+    uint32_t header = hi - r->a;
+    return header + ad_tape_record(t, header)->a;
+}
+
+typedef struct scalar {
+    ad_objective f;
+    void *ctx;
+} scalar;
+
+static void as_function(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
+{
+    const scalar *s = ctx;
+    (void)m;
+    y[0] = s->f(x, n, s->ctx);
+}
+
+ad_status ad_record_objective(ad_tape *t, ad_objective f, void *ctx, size_t n, const double *x,
+                              int second)
+{
+    scalar call = {f, ctx};
+    return ad_record(t, as_function, &call, n, x, 1, second);
+}
+
 uint32_t ad_outputs_top_of(const ad_tape *t, size_t from, size_t count)
 {
     uint32_t hi = t->first - 1;  /* the inputs' slots are always read back */
     for (size_t j = from; j < from + count; j++)
         if (t->outputs[j].id > hi)
             hi = t->outputs[j].id;
-    return hi;
+    return to_block_end(t, hi);
 }
 
 uint32_t ad_outputs_top(const ad_tape *t, size_t m)

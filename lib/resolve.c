@@ -11,7 +11,7 @@
  * once and inlined with L a constant; L = 1 is the gradient's sweep. */
 #include <string.h>
 
-#include "tape.h"
+#include "block.h"
 
 /* p[0..L) += z[0..L) * w.  Lanes go in pairs where the compiler has
  * vector types (compilers do not pair them on their own here); adj is
@@ -78,9 +78,14 @@ AD_INLINE void sweep(const ad_tape *t, double *adj, uint32_t top, const size_t L
                 z[l] = g[l];
             g -= L;
             if (AD__UNLIKELY(r->b >= AD__ID_END)) {
-                run = r->a;
-                for (size_t l = 0; l < L; l++)
-                    z_run[l] = z[l];
+                if (r->b == AD__NARY) {
+                    run = r->a;
+                    for (size_t l = 0; l < L; l++)
+                        z_run[l] = z[l];
+                } else if (r->b == AD__BLOCK) {
+                    /* its outputs' slots (AD__OUT) above hold its cotangents */
+                    ad_block_reverse(t, r, (uint32_t)((size_t)(g - adj) / L) + 1, adj, L);
+                }
                 continue;
             }
             apply(r, z, adj, L);

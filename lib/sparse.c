@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tape.h"
+#include "block.h"
 
 /* uthash must not exit() when memory runs out: it reports, and we return
  * AD_ENOMEM.  Its tables come from our allocator. */
@@ -234,18 +234,72 @@ AD_INLINE void stage(row_state *rs, uint32_t id, double c, const int hashed)
     }
 }
 
+/* The row's cotangent of id so far: 0 where the row has not reached it. */
+AD_INLINE double peek(row_state *rs, uint32_t id, const int hashed)
+{
+    if (!hashed)
+        return rs->stamp[id] == rs->epoch ? rs->val[id] : 0.0;
+    pend_entry *e;
+    HASH_FIND(hh, rs->map, &id, sizeof(uint32_t), e);
+    return e ? e->val : 0.0;
+}
+
+/* Whether the row has reached id. */
+AD_INLINE int reached(row_state *rs, uint32_t id, const int hashed)
+{
+    if (!hashed)
+        return rs->stamp[id] == rs->epoch;
+    pend_entry *e;
+    HASH_FIND(hh, rs->map, &id, sizeof(uint32_t), e);
+    return e != NULL;
+}
+
+/* A block's outputs sit above its header, so when the header comes up
+ * every output's cotangent is complete.  Each argument is staged, even
+ * with a zero cotangent: the structure of a rule is every output on every
+ * argument, unless its kind says which arguments the reached outputs
+ * depend on. */
+AD_INLINE void expand_block(row_state *rs, const ad__record *r, uint32_t id, const int hashed)
+{
+    const ad_block *b = ad_block_of(rs->t, r);
+    double *ybar = ad_block_ybar(rs->t);
+    for (uint32_t j = 0; j < b->nout; j++)
+        ybar[j] = peek(rs, id + 1 + j, hashed);
+    const double *xbar = ad_block_pullback(rs->t, b, ybar);
+    const uint32_t *ids = ad_block_ids(b);
+    unsigned char *outs = ad_block_flags(rs->t), *args = outs + b->nout;
+    size_t nx = (size_t)b->nargs + b->run_len;
+    memset(args, 1, nx);
+    if (b->kind->reach) {
+        for (uint32_t j = 0; j < b->nout; j++)
+            outs[j] = reached(rs, id + 1 + j, hashed);
+        memset(args, 0, nx);
+        b->kind->reach(b, outs, args);
+    }
+    for (uint32_t k = 0; k < b->nargs; k++)
+        if (args[k])
+            stage(rs, ids[k], xbar[k], hashed);
+    for (uint32_t k = 0; k < b->run_len; k++)
+        if (args[b->nargs + k])
+            stage(rs, b->run + k, xbar[b->nargs + k], hashed);
+}
+
 AD_INLINE void expand(row_state *rs, uint32_t id, double z, const int hashed)
 {
     const ad__record *r = ad_tape_record(rs->t, id);
-    if (r->b != AD__NARY) {
+    if (AD__LIKELY(r->b < AD__ID_END)) {
         stage(rs, r->a, z * r->wa, hashed);
         stage(rs, r->b, z * r->wb, hashed);
-        return;
-    }
-    for (uint32_t k = 1; k <= r->a; k++) {
-        const ad__record *s = ad_tape_record(rs->t, id - k);
-        stage(rs, s->a, z * s->wa, hashed);
-        stage(rs, s->b, z * s->wb, hashed);
+    } else if (r->b == AD__NARY) {
+        for (uint32_t k = 1; k <= r->a; k++) {
+            const ad__record *s = ad_tape_record(rs->t, id - k);
+            stage(rs, s->a, z * s->wa, hashed);
+            stage(rs, s->b, z * s->wb, hashed);
+        }
+    } else if (r->b == AD__OUT) {
+        stage(rs, id - r->a, 0.0, hashed);  /* the block's header */
+    } else {
+        expand_block(rs, r, id, hashed);
     }
 }
 
@@ -450,7 +504,7 @@ ad_status ad_sparse_jacobian(ad_function f, void *ctx, size_t n, const double *x
         memset(J, 0, sizeof *J);
     if (!f || (n && !x) || (m && !y) || !J)
         goto fail;
-    s = ad_record(t, f, ctx, n, x, m);
+    s = ad_record(t, f, ctx, n, x, m, 0);
     if (s == AD_OK)
         s = build(t, n, m, J);
     if (s != AD_OK)

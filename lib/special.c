@@ -32,6 +32,32 @@ AD_HIDDEN double ad_digamma(double x)
     return acc + log(x) - 0.5 / x - series;
 }
 
+/* psi'(x), the trigamma function: the second derivative of lgamma.  The
+ * same plan as digamma: recurrence psi'(x) = psi'(x + 1) + 1/x^2 up to
+ * x >= 10, the asymptotic series to the x^-15 term, reflection
+ * psi'(x) = pi^2 / sin^2(pi x) - psi'(1 - x) for negative x. */
+AD_HIDDEN double ad_trigamma(double x)
+{
+    if (x != x || x == -INFINITY)
+        return NAN;
+    if (x <= 0.0) {
+        double k = nearbyint(x);
+        if (x == k)
+            return NAN;
+        double s = sin(PI * (x - k));
+        return PI * PI / (s * s) - ad_trigamma(1.0 - x);
+    }
+    double acc = 0.0;
+    while (x < 10.0) {
+        acc += 1.0 / (x * x);
+        x += 1.0;
+    }
+    double r = 1.0 / x, f = r * r;
+    double series = r + 0.5 * f + r * f * (1.0 / 6 - f * (1.0 / 30 - f * (1.0 / 42 - f * (1.0 / 30 -
+                    f * (5.0 / 66 - f * (691.0 / 2730 - f * (7.0 / 6)))))));
+    return acc + series;
+}
+
 double ad_lgamma_d(double x)
 {
 #ifdef AD_HAVE_LGAMMA_R
@@ -44,12 +70,12 @@ double ad_lgamma_d(double x)
 
 ad_real ad_lgamma_r(ad_real x)
 {
-    return ad__rec1(ad_lgamma_d(x.v), x, ad_digamma(x.v));
+    return ad__rec1(ad_lgamma_d(x.v), x, ad_digamma(x.v), AD__OP_LGAMMA, 0.0);
 }
 
 /* convention: at the poles the value is +-Inf or NaN and the partial NaN. */
 ad_real ad_tgamma_r(ad_real x)
 {
     double v = tgamma(x.v);
-    return ad__rec1(v, x, v * ad_digamma(x.v));
+    return ad__rec1(v, x, v * ad_digamma(x.v), AD__OP_TGAMMA, 0.0);
 }

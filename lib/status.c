@@ -11,6 +11,7 @@ const char *ad_strerror(ad_status s)
     case AD_ENESTING: return "ad_gradient nested deeper than AD_MAX_NESTING";
     case AD_EFOREIGN: return "the objective returned a value that does not belong to its recording";
     case AD_EBUSY: return "not allowed while a recording is active on this thread";
+    case AD_ENOTSUP: return "an external function on the tape has no rule for this sweep (jvp, or second order)";
     }
     return "unknown ad_status";
 }

@@ -7,7 +7,7 @@
  * Like the reverse sweep it carries L tangents per ID side by side. */
 #include <string.h>
 
-#include "tape.h"
+#include "block.h"
 
 AD_INLINE void sweep(const ad_tape *t, double *tan, uint32_t top, const size_t L)
 {
@@ -17,12 +17,16 @@ AD_INLINE void sweep(const ad_tape *t, double *tan, uint32_t top, const size_t L
         const ad__record *end = r + AD_CHUNK;
         for (; r < end && id <= top; r++, id++) {
             double *out = tan + (size_t)id * L;
-            if (AD__UNLIKELY(r->b == AD__NARY)) {
-                for (size_t l = 0; l < L; l++)
-                    out[l] = 0.0;
-                for (uint32_t k = 1; k <= r->a; k++)
+            if (AD__UNLIKELY(r->b >= AD__ID_END)) {
+                if (r->b == AD__NARY) {
                     for (size_t l = 0; l < L; l++)
-                        out[l] += tan[(size_t)(id - k) * L + l];
+                        out[l] = 0.0;
+                    for (uint32_t k = 1; k <= r->a; k++)
+                        for (size_t l = 0; l < L; l++)
+                            out[l] += tan[(size_t)(id - k) * L + l];
+                } else if (r->b == AD__BLOCK) {
+                    ad_block_forward(t, r, id, tan, L);  /* sets its outputs' tangents */
+                }
                 continue;
             }
             /* The sink's tangent is 0 and its partial, with respect to a
@@ -47,6 +51,8 @@ void ad_tangent(const ad_tape *t, double *tan, uint32_t top, size_t lanes)
 
 ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv)
 {
+    if (t->no_jvp)
+        return AD_ENOTSUP;
     uint32_t hi = ad_outputs_top(t, m);
     ad_status s = ad_tape_reserve_adjoints(t, hi);
     if (s != AD_OK)

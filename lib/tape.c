@@ -1,13 +1,16 @@
 /* dualrev: the tape's memory and the forward pass's slow path. */
+#include <stdatomic.h>
 #include <string.h>
 #include <threads.h>
 
+#include "second.h"
 #include "tape.h"
 
 static ad__cursor idle_cursor = {NULL, NULL, 0};
 _Thread_local ad__cursor *ad__active = &idle_cursor;
 
 static _Thread_local ad_thread self;
+static atomic_uint_fast64_t serials;
 static tss_t exit_key;
 static int exit_key_ok;
 static once_flag exit_key_once = ONCE_FLAG_INIT;
@@ -23,14 +26,29 @@ void ad_tape_free(ad_tape *t)
     ad_free(t->stamp);
     ad_free(t->bits);
     ad_free(t->summary);
+    ad_free(t->blocks);
+    ad_free(t->work);
+    ad_free(t->flags);
+    for (size_t i = 0; i < t->naux; i++)
+        ad_free(t->aux[i]);
+    ad_free(t->aux);
+    ad_free(t->tan2);
     memset(t, 0, sizeof *t);
+}
+
+static void free_tapes(ad_thread *th)
+{
+    for (int i = 0; i < AD_MAX_NESTING; i++)
+        ad_tape_free(&th->tapes[i]);
+    ad_free(th->scratch);
+    th->scratch = NULL;
+    th->scratch_cap = 0;
 }
 
 static void free_thread(void *p)
 {
     ad_thread *th = p;
-    for (int i = 0; i < AD_MAX_NESTING; i++)
-        ad_tape_free(&th->tapes[i]);
+    free_tapes(th);
     th->registered = 0;
 }
 
@@ -78,6 +96,27 @@ ad_status ad_reserve(void **buf, size_t *cap, size_t need, size_t elem)
     return AD_OK;
 }
 
+/* The second partials' chunk beside chunk k, allocated on first use. */
+static ad_status open_aux(ad_tape *t, size_t k)
+{
+    if (k < t->naux)
+        return AD_OK;
+    if (t->naux == 0 || (t->naux & (t->naux - 1)) == 0) {  /* a power of 2: full */
+        size_t cap = t->naux ? 2 * t->naux : 16;
+        ad_aux **p = ad_alloc(cap * sizeof *p);
+        if (!p)
+            return AD_ENOMEM;
+        if (t->naux)
+            memcpy(p, t->aux, t->naux * sizeof *p);
+        ad_free(t->aux);
+        t->aux = p;
+    }
+    if (!(t->aux[t->naux] = ad_alloc(AD_CHUNK * sizeof(ad_aux))))
+        return AD_ENOMEM;
+    t->naux++;
+    return AD_OK;
+}
+
 static ad_status open_chunk(ad_tape *t)
 {
     size_t room = (size_t)(t->id_end - t->cursor.next);
@@ -102,11 +141,17 @@ static ad_status open_chunk(ad_tape *t)
     }
     ad__record *c = t->chunks[t->open++];
     t->cursor.cur = c;
-    t->cursor.end = c + (room < AD_CHUNK ? room : AD_CHUNK);
-    return AD_OK;
+    t->room_end = c + (room < AD_CHUNK ? room : AD_CHUNK);
+    t->cursor.end = t->second ? NULL : t->room_end;
+    if (!t->second)
+        return AD_OK;
+    ad_status s = open_aux(t, t->open - 1);
+    t->room_base = c;
+    t->aux_base = s == AD_OK ? t->aux[t->open - 1] : NULL;
+    return s;
 }
 
-ad_status ad_tape_begin(ad_tape *t, size_t n, size_t limit)
+ad_status ad_tape_begin(ad_tape *t, size_t n, size_t limit, int second)
 {
     ad_status s = arm_thread_exit();
     if (s != AD_OK)
@@ -127,8 +172,13 @@ ad_status ad_tape_begin(ad_tape *t, size_t n, size_t limit)
     if (limit && limit < (size_t)(AD__ID_END - t->first))
         t->id_end = t->first + (uint32_t)limit;
     t->status = AD_OK;
+    t->blocks_len = 0;
+    t->no_jvp = 0;
+    t->no_second = 0;
+    t->second = second;
+    t->serial = (uint64_t)atomic_fetch_add(&serials, 1) + 1;
     t->open = 0;
-    t->cursor.cur = t->cursor.end = NULL;
+    t->cursor.cur = t->cursor.end = t->room_end = NULL;
     t->cursor.next = t->first;
     /* Chunk 0 now, so the first record does not take the slow path; with a
      * limit of 0 records the slow path reports AD_ERANGE if one is made. */
@@ -140,12 +190,13 @@ ad_status ad_tape_reserve_adjoints(ad_tape *t, uint32_t top)
     return ad_reserve((void **)&t->adj, &t->adj_cap, (size_t)top + 1, sizeof *t->adj);
 }
 
-uint32_t ad__push_slow(uint32_t a, double wa, uint32_t b, double wb)
+uint32_t ad__push_slow(ad__cursor *c, uint32_t a, double wa, uint32_t b, double wb, int op,
+                       double x, double y, double v)
 {
-    if (ad__active == &idle_cursor)
+    if (c == &idle_cursor)
         return 0;
-    ad_tape *t = (ad_tape *)ad__active;
-    if (t->status == AD_OK)
+    ad_tape *t = (ad_tape *)c;
+    if (t->status == AD_OK && t->cursor.cur == t->room_end)
         t->status = open_chunk(t);
     if (t->status != AD_OK) {
         /* Record nothing more: the objective runs on to completion with
@@ -153,7 +204,29 @@ uint32_t ad__push_slow(uint32_t a, double wa, uint32_t b, double wb)
         t->cursor.cur = t->cursor.end = NULL;
         return 0;
     }
-    return ad__push(a, wa, b, wb);
+    if (!t->second)
+        return ad__push_op(a, wa, b, wb, op, x, y, v);
+    ad__record *r = t->cursor.cur;
+    r->a = a;
+    r->b = b;
+    r->wa = wa;
+    r->wb = wb;
+    /* The commonest two ahead of the switch, whose jump target would
+     * change from record to record. */
+    ad_aux h = {0.0, 0.0, 0.0};
+    if (op == AD__OP_MUL)
+        h.ab = a && b ? 1.0 : 0.0;
+    else if (op != AD__OP_LINEAR)
+        h = ad_second_partials(op, x, y, v, wa, wb);
+    /* A constant's tangent is 0, but 0 x Inf would still make NaN. */
+    if (!a)
+        h.aa = h.ab = 0.0;
+    if (!b)
+        h.ab = h.bb = 0.0;
+    /* Not a running pointer: n-ary slots advance the cursor without it. */
+    t->aux_base[r - t->room_base] = h;
+    t->cursor.cur = r + 1;
+    return (uint32_t)t->cursor.next++;
 }
 
 size_t ad_set_tape_limit(size_t max_records)
@@ -183,8 +256,7 @@ ad_status ad_release(void)
 {
     if (self.depth > 0)
         return AD_EBUSY;
-    for (int i = 0; i < AD_MAX_NESTING; i++)
-        ad_tape_free(&self.tapes[i]);
+    free_tapes(&self);
     return AD_OK;
 }
 
@@ -195,9 +267,22 @@ static void commit(ad_tape *t, ad__slots s)
     t->cursor.cur = s.cur;
 }
 
+ad_tape *ad_recording(void)
+{
+    if (ad__active == &idle_cursor || ((ad_tape *)ad__active)->status != AD_OK)
+        return NULL;
+    return (ad_tape *)ad__active;
+}
+
 static int recording(void)
 {
-    return ad__active != &idle_cursor && ((ad_tape *)ad__active)->status == AD_OK;
+    return ad_recording() != NULL;
+}
+
+void ad_tape_fail(ad_tape *t, ad_status s)
+{
+    t->status = s;
+    t->cursor.cur = t->cursor.end = NULL;
 }
 
 ad__slots ad__slots_more(ad__slots s)
@@ -210,28 +295,19 @@ ad__slots ad__slots_more(ad__slots s)
         /* Only constants so far, all in this room (nothing is committed
          * before an active argument): they contribute nothing, so write
          * over them rather than commit slots that no record would own. */
-        ad__slots again = {t->cursor.cur, t->cursor.end, 0, 0, 0};
+        ad__slots again = {t->cursor.cur, t->room_end, 0, 0, 0};
         return again;
     }
     if (s.cur)
         commit(t, s);
-    if (t->cursor.cur == t->cursor.end) {
+    if (t->cursor.cur == t->room_end) {
         t->status = open_chunk(t);
         if (t->status != AD_OK) {
             t->cursor.cur = t->cursor.end = NULL;
             return none;
         }
     }
-    ad__slots more = {t->cursor.cur, t->cursor.end, s.count, s.any, 0};
+    /* The slots need no second partials: their header's kind gives them. */
+    ad__slots more = {t->cursor.cur, t->room_end, s.count, s.any, 0};
     return more;
-}
-
-uint32_t ad__slots_finish(ad__slots s)
-{
-    if (!recording() || !s.cur)
-        return 0;
-    commit((ad_tape *)ad__active, s);
-    if (s.count == 1)
-        return (uint32_t)(ad__active->next - 1);
-    return ad__push((uint32_t)s.count, 0.0, AD__NARY, 0.0);
 }

@@ -22,6 +22,12 @@
 #define AD_CHUNK_BITS 16
 #define AD_CHUNK ((size_t)1 << AD_CHUNK_BITS)
 
+/* Second partials of a record (second-order recordings only): d2/da2,
+ * d2/dadb, d2/db2, zero for a constant argument. */
+typedef struct ad_aux {
+    double aa, ab, bb;
+} ad_aux;
+
 typedef struct ad_tape {
     ad__cursor cursor;       /* first: ad__active points here */
     ad_status status;        /* first error of this recording, sticky */
@@ -42,6 +48,25 @@ typedef struct ad_tape {
     uint32_t epoch;          /* sparse.c: stamp of the current row */
     uint64_t *bits, *summary;  /* sparse.c: pending IDs; all zero between calls */
     size_t bits_cap, summary_cap;
+    unsigned char *blocks;   /* block.c: the block records' data, at offsets */
+    size_t blocks_len, blocks_cap;
+    double *work;            /* block.c: a block's cotangents or tangents in a sweep */
+    size_t work_cap;
+    unsigned char *flags;    /* block.c: which of a block's outputs and arguments a row reaches */
+    size_t flags_cap;
+    size_t no_jvp;           /* blocks without a forward rule in this recording */
+    /* Second-order recordings (hessian.c): every record takes the slow
+     * path (cursor.end is NULL), which also writes its second partials. */
+    int second;
+    uint64_t serial;         /* this recording's number, unique in the process */
+    ad__record *room_end;    /* the end of the room in the current chunk */
+    ad__record *room_base;   /* the current chunk, and its aux: a record's */
+    ad_aux *aux_base;        /* second partials sit at the same offset */
+    ad_aux **aux;            /* aux[k] beside chunks[k]; kept between calls */
+    size_t naux;
+    size_t no_second;        /* blocks without a second-order rule */
+    double *tan2;            /* hessian.c: tangents, then the cotangents' tangents */
+    size_t tan2_cap;
 } ad_tape;
 
 typedef struct ad_thread {
@@ -49,14 +74,16 @@ typedef struct ad_thread {
     int depth;               /* recordings active on this thread */
     size_t limit;            /* max records per recording; 0 = ID range */
     int registered;          /* thread-exit cleanup armed */
+    double *scratch;         /* reduce.c: partials of one primitive, before they are recorded */
+    size_t scratch_cap;
 } ad_thread;
 
 AD_HIDDEN ad_thread *ad_thread_self(void);
 
 /* Prepare t to record a function of n inputs: t->inputs gets room for
  * their ad_reals, with IDs 1..n set; the caller sets the values.  Keeps the
- * memory of earlier recordings. */
-AD_HIDDEN ad_status ad_tape_begin(ad_tape *t, size_t n, size_t limit);
+ * memory of earlier recordings.  second: a second-order recording. */
+AD_HIDDEN ad_status ad_tape_begin(ad_tape *t, size_t n, size_t limit, int second);
 
 /* Records in t so far: IDs first .. top(t). */
 static inline uint32_t ad_tape_top(const ad_tape *t) { return (uint32_t)(t->cursor.next - 1); }
@@ -69,6 +96,21 @@ AD_HIDDEN ad_status ad_tape_reserve_adjoints(ad_tape *t, uint32_t top);
 AD_HIDDEN ad_status ad_reserve(void **buf, size_t *cap, size_t need, size_t elem);
 
 AD_HIDDEN void ad_tape_free(ad_tape *t);
+
+/* The tape being recorded on this thread, or NULL when none is (or when
+ * the recording has already failed). */
+AD_HIDDEN ad_tape *ad_recording(void);
+
+/* Ends the recording t with status s: nothing more is recorded, and its
+ * caller reports s. */
+AD_HIDDEN void ad_tape_fail(ad_tape *t, ad_status s);
+
+/* The second partials of the record at `id`, in a second-order recording. */
+static inline ad_aux *ad_tape_aux(const ad_tape *t, uint32_t id)
+{
+    size_t k = id - t->first;
+    return &t->aux[k >> AD_CHUNK_BITS][k & (AD_CHUNK - 1)];
+}
 
 /* The record at `id` (first <= id <= top). */
 static inline const ad__record *ad_tape_record(const ad_tape *t, uint32_t id)
@@ -83,7 +125,10 @@ static inline const ad__record *ad_tape_record(const ad_tape *t, uint32_t id)
  * sweep must cover (outputs and inputs); the outputs' values. */
 AD_HIDDEN ad_tape *ad_thread_tape(void);
 AD_HIDDEN ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n,
-                              const double *x, size_t m);
+                              const double *x, size_t m, int second);
+/* The same for a scalar objective: one output. */
+AD_HIDDEN ad_status ad_record_objective(ad_tape *t, ad_objective f, void *ctx, size_t n,
+                                        const double *x, int second);
 AD_HIDDEN uint32_t ad_outputs_top(const ad_tape *t, size_t m);
 AD_HIDDEN uint32_t ad_outputs_top_of(const ad_tape *t, size_t from, size_t count);
 AD_HIDDEN void ad_read_outputs(const ad_tape *t, size_t m, double *y);

@@ -56,8 +56,31 @@ static inline double ad__plain_value(double x) { return x; }
 
 /* Array primitives: the element type of the first array picks the form. */
 #define AD__ARR(op, x) _Generic((x), ad_real *: ad_##op##_r, const ad_real *: ad_##op##_r, default: ad_##op##_d)
-#define ad_dot(n, x, y) AD__ARR(dot, x)((n), (x), (y))
 #define ad_sum(n, x) AD__ARR(sum, x)((n), (x))
+#define ad_sqnorm(n, x) AD__ARR(sqnorm, x)((n), (x))
+#define ad_prod(n, x) AD__ARR(prod, x)((n), (x))
+#define ad_logsumexp(n, x) AD__ARR(logsumexp, x)((n), (x))
+/* Either array may be the constant one. */
+#define ad_dot(n, x, y)                                                                 \
+    _Generic((x), ad_real *: AD__DOT_R(y), const ad_real *: AD__DOT_R(y),               \
+             default: _Generic((y), ad_real *: ad_dot_dr, const ad_real *: ad_dot_dr,   \
+                               default: ad_dot_d))((n), (x), (y))
+#define AD__DOT_R(y) _Generic((y), ad_real *: ad_dot_r, const ad_real *: ad_dot_r, default: ad_dot_rd)
+/* The vector's element type picks the form; A is a constant matrix. */
+#define ad_matvec(m, n, A, x, y) AD__ARR(matvec, x)((m), (n), (A), (x), (y))
+#define ad_axpy(n, a, x, y) AD__ARR(axpy, x)((n), (a), (x), (y))
+
+/* Recorded matrices (dualrev/matrix.h): an ad_real matrix is recorded, a
+ * double one wrapped; the output's type picks the product, and with an
+ * ad_real output the vector may be either. */
+#define ad_mat_make(m, n, A, M)                                                        \
+    _Generic((A), ad_real *: ad_mat_record, const ad_real *: ad_mat_record,            \
+             default: ad_mat_wrap)((m), (n), (A), (M))
+#define ad_mat_vec(M, x, y)                                                            \
+    _Generic((y), ad_real *: _Generic((x), ad_real *: ad_mat_vec_rr,                   \
+                                      const ad_real *: ad_mat_vec_rr,                  \
+                                      default: ad_mat_vec_rd),                         \
+             default: ad_mat_vec_d)((M), (x), (y))
 
 /* The constant c as a T, for generic code compiled with T = double and with
  * T = ad_real: AD_CONST(T, 0.5). */

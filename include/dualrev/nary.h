@@ -17,7 +17,7 @@ static inline ad_real ad_dot_r(size_t n, const ad_real *x, const ad_real *y)
         v += x[i].v * y[i].v;
         s = ad__slots_put(s, x[i].id, y[i].v, y[i].id, x[i].v);
     }
-    ad_real r = {v, ad__slots_end(s)};
+    ad_real r = {v, ad__slots_end(s, AD__NARY_DOT)};
     return r;
 }
 
@@ -44,7 +44,7 @@ static inline ad_real ad_sum_r(size_t n, const ad_real *x)
         v += x[i].v;
         s = ad__slots_put(s, x[i].id, 1.0, 0, 0.0);
     }
-    ad_real r = {v, ad__slots_end(s)};
+    ad_real r = {v, ad__slots_end(s, AD__NARY_LINEAR)};
     return r;
 }
 
@@ -54,6 +54,112 @@ static inline double ad_sum_d(size_t n, const double *x)
     for (size_t i = 0; i < n; i++)
         v += x[i];
     return v;
+}
+
+/* sum_i x[i] c[i], c constant: 12 bytes per argument */
+static inline ad_real ad_dot_rd(size_t n, const ad_real *x, const double *c)
+{
+    double v = 0.0;
+    ad__slots s = ad__slots_begin();
+    size_t i = 0;
+    for (; i + 1 < n; i += 2) {
+        v += x[i].v * c[i];
+        v += x[i + 1].v * c[i + 1];
+        s = ad__slots_put(s, x[i].id, c[i], x[i + 1].id, c[i + 1]);
+    }
+    if (i < n) {
+        v += x[i].v * c[i];
+        s = ad__slots_put(s, x[i].id, c[i], 0, 0.0);
+    }
+    ad_real r = {v, ad__slots_end(s, AD__NARY_LINEAR)};
+    return r;
+}
+
+static inline ad_real ad_dot_dr(size_t n, const double *c, const ad_real *x)
+{
+    return ad_dot_rd(n, x, c);
+}
+
+/* sum_i x[i]^2 */
+static inline ad_real ad_sqnorm_r(size_t n, const ad_real *x)
+{
+    double v = 0.0;
+    ad__slots s = ad__slots_begin();
+    size_t i = 0;
+    for (; i + 1 < n; i += 2) {
+        v += x[i].v * x[i].v;
+        v += x[i + 1].v * x[i + 1].v;
+        s = ad__slots_put(s, x[i].id, 2.0 * x[i].v, x[i + 1].id, 2.0 * x[i + 1].v);
+    }
+    if (i < n) {
+        v += x[i].v * x[i].v;
+        s = ad__slots_put(s, x[i].id, 2.0 * x[i].v, 0, 0.0);
+    }
+    ad_real r = {v, ad__slots_end(s, AD__NARY_SQNORM)};
+    return r;
+}
+
+static inline double ad_sqnorm_d(size_t n, const double *x)
+{
+    return ad_dot_d(n, x, x);
+}
+
+/* prod_i x[i].  The partials are products of all the other elements, formed
+ * as prefix x suffix products: exact where an element is 0, no division. */
+AD_API ad_real ad_prod_r(size_t n, const ad_real *x);
+
+static inline double ad_prod_d(size_t n, const double *x)
+{
+    double v = 1.0;
+    for (size_t i = 0; i < n; i++)
+        v *= x[i];
+    return v;
+}
+
+/* log sum_i exp(x[i]), shifted by the largest element so that it is finite
+ * for large inputs; the partials are the softmax.  Conventions for empty
+ * and infinite inputs are in docs/conventions.md. */
+AD_API ad_real ad_logsumexp_r(size_t n, const ad_real *x);
+AD_API double ad_logsumexp_d(size_t n, const double *x);
+
+/* y = A x with A a constant m x n row-major matrix: one dot record per
+ * output, 12 bytes per argument. */
+static inline void ad_matvec_r(size_t m, size_t n, const double *A, const ad_real *x, ad_real *y)
+{
+    for (size_t j = 0; j < m; j++)
+        y[j] = ad_dot_dr(n, A + j * n, x);
+}
+
+static inline void ad_matvec_d(size_t m, size_t n, const double *A, const double *x, double *y)
+{
+    for (size_t j = 0; j < m; j++)
+        y[j] = ad_dot_d(n, A + j * n, x);
+}
+
+/* y = A x with A an ad_real m x n row-major matrix: one dot record per
+ * output, 24 bytes per pair of arguments. */
+static inline void ad_matvec_rr(size_t m, size_t n, const ad_real *A, const ad_real *x, ad_real *y)
+{
+    for (size_t j = 0; j < m; j++)
+        y[j] = ad_dot_r(n, A + j * n, x);
+}
+
+/* y[i] += a x[i], a constant: one two-argument record per output (the
+ * scalar form, a multiply then an add, takes two). */
+static inline void ad_axpy_r(size_t n, double a, const ad_real *x, ad_real *y)
+{
+    for (size_t i = 0; i < n; i++) {
+        double v = a * x[i].v + y[i].v;
+        if (x[i].id)
+            y[i].id = ad__push(x[i].id, a, y[i].id, 1.0);  /* linear: no second partials */
+        y[i].v = v;
+    }
+}
+
+static inline void ad_axpy_d(size_t n, double a, const double *x, double *y)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] += a * x[i];
 }
 
 #endif

@@ -18,20 +18,22 @@
 #define AD__LN10 2.30258509299404568401799145468436421
 #define AD__2_SQRTPI 1.12837916709551257389615890312154517
 
-/* Operations whose arguments are all constants record nothing. */
-static inline ad_real ad__rec1(double v, ad_real a, double wa)
+/* Operations whose arguments are all constants record nothing.  op and the
+ * values are for second-order recordings only (record.h); c is a
+ * one-argument operation's constant (pow's exponent or base). */
+static inline ad_real ad__rec1(double v, ad_real a, double wa, int op, double c)
 {
     ad_real r = {v, 0};
     if (a.id)
-        r.id = ad__push(a.id, wa, 0, 0.0);
+        r.id = ad__push_op(a.id, wa, 0, 0.0, op, a.v, c, v);
     return r;
 }
 
-static inline ad_real ad__rec2(double v, ad_real a, double wa, ad_real b, double wb)
+static inline ad_real ad__rec2(double v, ad_real a, double wa, ad_real b, double wb, int op)
 {
     ad_real r = {v, 0};
     if (a.id | b.id)
-        r.id = ad__push(a.id, wa, b.id, wb);
+        r.id = ad__push_op(a.id, wa, b.id, wb, op, a.v, b.v, v);
     return r;
 }
 
@@ -62,12 +64,12 @@ static inline ad_real ad_sub_rr(ad_real a, ad_real b)
         r.id = ad__push(a.id, 1.0, b.id, -1.0);
     return r;
 }
-static inline ad_real ad_mul_rr(ad_real a, ad_real b) { return ad__rec2(a.v * b.v, a, b.v, b, a.v); }
+static inline ad_real ad_mul_rr(ad_real a, ad_real b) { return ad__rec2(a.v * b.v, a, b.v, b, a.v, AD__OP_MUL); }
 
 static inline ad_real ad_div_rr(ad_real a, ad_real b)
 {
     double q = a.v / b.v, rb = 1.0 / b.v;
-    return ad__rec2(q, a, rb, b, -q * rb);
+    return ad__rec2(q, a, rb, b, -q * rb, AD__OP_DIV);
 }
 
 /* convention: d/da = 0 when b == 0 (a^0 is 1 for every a, 0^0 included);
@@ -78,15 +80,17 @@ static inline double ad__pow_db(double a, double v) { return a == 0.0 ? 0.0 : lo
 static inline ad_real ad_pow_rr(ad_real a, ad_real b)
 {
     double v = pow(a.v, b.v);
-    return ad__rec2(v, a, ad__pow_da(a.v, b.v), b, ad__pow_db(a.v, v));
+    return ad__rec2(v, a, ad__pow_da(a.v, b.v), b, ad__pow_db(a.v, v), AD__OP_POW);
 }
 
-static inline ad_real ad_pow_rd(ad_real a, double b) { return ad__rec1(pow(a.v, b), a, ad__pow_da(a.v, b)); }
+static inline ad_real ad_pow_rd(ad_real a, double b) {
+    return ad__rec1(pow(a.v, b), a, ad__pow_da(a.v, b), AD__OP_POW_RD, b);
+}
 
 static inline ad_real ad_pow_dr(double a, ad_real b)
 {
     double v = pow(a, b.v);
-    return ad__rec1(v, b, ad__pow_db(a, v));
+    return ad__rec1(v, b, ad__pow_db(a, v), AD__OP_POW_DR, a);
 }
 
 /* atan2(a, b) is the angle of the point (b, a).  At the origin it has no
@@ -94,7 +98,7 @@ static inline ad_real ad_pow_dr(double a, ad_real b)
 static inline ad_real ad_atan2_rr(ad_real a, ad_real b)
 {
     double h = hypot(a.v, b.v);
-    return ad__rec2(atan2(a.v, b.v), a, (b.v / h) / h, b, -(a.v / h) / h);
+    return ad__rec2(atan2(a.v, b.v), a, (b.v / h) / h, b, -(a.v / h) / h, AD__OP_ATAN2);
 }
 
 /* convention: both partials are 0 at the origin, as for fabs at 0. */
@@ -102,7 +106,7 @@ static inline ad_real ad_hypot_rr(ad_real a, ad_real b)
 {
     double h = hypot(a.v, b.v);
     double wa = h > 0.0 ? a.v / h : 0.0, wb = h > 0.0 ? b.v / h : 0.0;
-    return ad__rec2(h, a, wa, b, wb);
+    return ad__rec2(h, a, wa, b, wb, AD__OP_HYPOT);
 }
 
 /* convention: at a tie each argument gets 1/2 (a subgradient, and exact for
@@ -120,13 +124,13 @@ static inline double ad__select_weight(double a, double b, int a_wins)
 static inline ad_real ad_fmin_rr(ad_real a, ad_real b)
 {
     double w = ad__select_weight(a.v, b.v, a.v < b.v);
-    return ad__rec2(fmin(a.v, b.v), a, w, b, 1.0 - w);
+    return ad__rec2(fmin(a.v, b.v), a, w, b, 1.0 - w, AD__OP_LINEAR);
 }
 
 static inline ad_real ad_fmax_rr(ad_real a, ad_real b)
 {
     double w = ad__select_weight(a.v, b.v, a.v > b.v);
-    return ad__rec2(fmax(a.v, b.v), a, w, b, 1.0 - w);
+    return ad__rec2(fmax(a.v, b.v), a, w, b, 1.0 - w, AD__OP_LINEAR);
 }
 
 /* The mixed forms: a constant argument is an ad_real with ID 0, which the
@@ -149,99 +153,103 @@ static inline double ad_pow_dd(double a, double b) { return pow(a, b); }
 
 /* ---- unary operations ---- */
 
-static inline ad_real ad_neg_r(ad_real x) { return ad__rec1(-x.v, x, -1.0); }
+static inline ad_real ad_neg_r(ad_real x) { return ad__rec1(-x.v, x, -1.0, AD__OP_LINEAR, 0.0); }
 static inline double ad_neg_d(double x) { return -x; }
 
 /* sqrt and cbrt at 0: the one-sided derivative, +Inf (convention). */
 static inline ad_real ad_sqrt_r(ad_real x)
 {
     double v = sqrt(x.v);
-    return ad__rec1(v, x, 0.5 / v);
+    return ad__rec1(v, x, 0.5 / v, AD__OP_SQRT, 0.0);
 }
 
 static inline ad_real ad_cbrt_r(ad_real x)
 {
     double v = cbrt(x.v);
-    return ad__rec1(v, x, 1.0 / (3.0 * v * v));
+    return ad__rec1(v, x, 1.0 / (3.0 * v * v), AD__OP_CBRT, 0.0);
 }
 
 static inline ad_real ad_exp_r(ad_real x)
 {
     double v = exp(x.v);
-    return ad__rec1(v, x, v);
+    return ad__rec1(v, x, v, AD__OP_EXP, 0.0);
 }
 
 /* exp(x), not expm1(x) + 1, which cancels for very negative x. */
-static inline ad_real ad_expm1_r(ad_real x) { return ad__rec1(expm1(x.v), x, exp(x.v)); }
+static inline ad_real ad_expm1_r(ad_real x) { return ad__rec1(expm1(x.v), x, exp(x.v), AD__OP_EXPM1, 0.0); }
 
 static inline ad_real ad_log_r(ad_real x)
 {
     double v = log(x.v);
-    return ad__rec1(v, x, ad__nan_with(v, 1.0 / x.v));
+    return ad__rec1(v, x, ad__nan_with(v, 1.0 / x.v), AD__OP_LOG, 0.0);
 }
 
 static inline ad_real ad_log1p_r(ad_real x)
 {
     double v = log1p(x.v);
-    return ad__rec1(v, x, ad__nan_with(v, 1.0 / (1.0 + x.v)));
+    return ad__rec1(v, x, ad__nan_with(v, 1.0 / (1.0 + x.v)), AD__OP_LOG1P, 0.0);
 }
 
 static inline ad_real ad_log2_r(ad_real x)
 {
     double v = log2(x.v);
-    return ad__rec1(v, x, ad__nan_with(v, 1.0 / (x.v * AD__LN2)));
+    return ad__rec1(v, x, ad__nan_with(v, 1.0 / (x.v * AD__LN2)), AD__OP_LOG2, 0.0);
 }
 
 static inline ad_real ad_log10_r(ad_real x)
 {
     double v = log10(x.v);
-    return ad__rec1(v, x, ad__nan_with(v, 1.0 / (x.v * AD__LN10)));
+    return ad__rec1(v, x, ad__nan_with(v, 1.0 / (x.v * AD__LN10)), AD__OP_LOG10, 0.0);
 }
 
-static inline ad_real ad_sin_r(ad_real x) { return ad__rec1(sin(x.v), x, cos(x.v)); }
-static inline ad_real ad_cos_r(ad_real x) { return ad__rec1(cos(x.v), x, -sin(x.v)); }
+static inline ad_real ad_sin_r(ad_real x) { return ad__rec1(sin(x.v), x, cos(x.v), AD__OP_SIN, 0.0); }
+static inline ad_real ad_cos_r(ad_real x) { return ad__rec1(cos(x.v), x, -sin(x.v), AD__OP_COS, 0.0); }
 
 static inline ad_real ad_tan_r(ad_real x)
 {
     double v = tan(x.v);
-    return ad__rec1(v, x, 1.0 + v * v);
+    return ad__rec1(v, x, 1.0 + v * v, AD__OP_TAN, 0.0);
 }
 
 /* (1-x)(1+x) rather than 1-x*x: no cancellation near |x| = 1. */
 static inline ad_real ad_asin_r(ad_real x)
 {
-    return ad__rec1(asin(x.v), x, 1.0 / sqrt((1.0 - x.v) * (1.0 + x.v)));
+    return ad__rec1(asin(x.v), x, 1.0 / sqrt((1.0 - x.v) * (1.0 + x.v)), AD__OP_ASIN, 0.0);
 }
 
 static inline ad_real ad_acos_r(ad_real x)
 {
-    return ad__rec1(acos(x.v), x, -1.0 / sqrt((1.0 - x.v) * (1.0 + x.v)));
+    return ad__rec1(acos(x.v), x, -1.0 / sqrt((1.0 - x.v) * (1.0 + x.v)), AD__OP_ACOS, 0.0);
 }
 
-static inline ad_real ad_atan_r(ad_real x) { return ad__rec1(atan(x.v), x, 1.0 / (1.0 + x.v * x.v)); }
-static inline ad_real ad_sinh_r(ad_real x) { return ad__rec1(sinh(x.v), x, cosh(x.v)); }
-static inline ad_real ad_cosh_r(ad_real x) { return ad__rec1(cosh(x.v), x, sinh(x.v)); }
+static inline ad_real ad_atan_r(ad_real x) {
+    return ad__rec1(atan(x.v), x, 1.0 / (1.0 + x.v * x.v), AD__OP_ATAN, 0.0);
+}
+static inline ad_real ad_sinh_r(ad_real x) { return ad__rec1(sinh(x.v), x, cosh(x.v), AD__OP_SINH, 0.0); }
+static inline ad_real ad_cosh_r(ad_real x) { return ad__rec1(cosh(x.v), x, sinh(x.v), AD__OP_COSH, 0.0); }
 
 /* sech^2 from cosh: 1 - tanh^2 cancels to 0 for |x| > 19. */
 static inline ad_real ad_tanh_r(ad_real x)
 {
     double c = cosh(x.v);
-    return ad__rec1(tanh(x.v), x, 1.0 / (c * c));
+    return ad__rec1(tanh(x.v), x, 1.0 / (c * c), AD__OP_TANH, 0.0);
 }
 
 /* hypot(x, 1) rather than sqrt(x*x + 1): no overflow for large |x|. */
-static inline ad_real ad_asinh_r(ad_real x) { return ad__rec1(asinh(x.v), x, 1.0 / hypot(x.v, 1.0)); }
+static inline ad_real ad_asinh_r(ad_real x) {
+    return ad__rec1(asinh(x.v), x, 1.0 / hypot(x.v, 1.0), AD__OP_ASINH, 0.0);
+}
 
 /* Two square roots: (x-1)(x+1) overflows for x > 1.3e154. */
 static inline ad_real ad_acosh_r(ad_real x)
 {
-    return ad__rec1(acosh(x.v), x, 1.0 / (sqrt(x.v - 1.0) * sqrt(x.v + 1.0)));
+    return ad__rec1(acosh(x.v), x, 1.0 / (sqrt(x.v - 1.0) * sqrt(x.v + 1.0)), AD__OP_ACOSH, 0.0);
 }
 
 static inline ad_real ad_atanh_r(ad_real x)
 {
     double v = atanh(x.v);
-    return ad__rec1(v, x, ad__nan_with(v, 1.0 / ((1.0 - x.v) * (1.0 + x.v))));
+    return ad__rec1(v, x, ad__nan_with(v, 1.0 / ((1.0 - x.v) * (1.0 + x.v))), AD__OP_ATANH, 0.0);
 }
 
 /* convention: 0 at x = 0, the midpoint of the subdifferential [-1, 1];
@@ -249,14 +257,18 @@ static inline ad_real ad_atanh_r(ad_real x)
 static inline ad_real ad_fabs_r(ad_real x)
 {
     double w = x.v > 0.0 ? 1.0 : x.v < 0.0 ? -1.0 : x.v == 0.0 ? 0.0 : x.v;
-    return ad__rec1(fabs(x.v), x, w);
+    return ad__rec1(fabs(x.v), x, w, AD__OP_LINEAR, 0.0);
 }
 
 /* Through a double parameter: fabs() called on an int draws -Wabsolute-value. */
 static inline double ad_fabs_d(double x) { return fabs(x); }
 
-static inline ad_real ad_erf_r(ad_real x) { return ad__rec1(erf(x.v), x, AD__2_SQRTPI * exp(-x.v * x.v)); }
-static inline ad_real ad_erfc_r(ad_real x) { return ad__rec1(erfc(x.v), x, -AD__2_SQRTPI * exp(-x.v * x.v)); }
+static inline ad_real ad_erf_r(ad_real x) {
+    return ad__rec1(erf(x.v), x, AD__2_SQRTPI * exp(-x.v * x.v), AD__OP_ERF, 0.0);
+}
+static inline ad_real ad_erfc_r(ad_real x) {
+    return ad__rec1(erfc(x.v), x, -AD__2_SQRTPI * exp(-x.v * x.v), AD__OP_ERFC, 0.0);
+}
 
 /* The gamma functions need the digamma function, which <math.h> lacks; they
  * live in lib/special.c.  ad_lgamma_d avoids lgamma()'s global signgam, which

@@ -36,6 +36,14 @@ typedef struct ad__record {
  * header's ID is the result's.  The run's own IDs are never referenced. */
 #define AD__NARY UINT32_C(0xFFFFFFFF)
 
+/* A block record (lib/block.h: external functions) has several outputs and
+ * keeps its data beside the tape: a header slot {a = number of outputs,
+ * b = AD__BLOCK, wa = the data's offset}, then one slot per output
+ * {a = distance back to the header, b = AD__OUT}, whose IDs are the
+ * outputs'. */
+#define AD__BLOCK UINT32_C(0xFFFFFFFE)
+#define AD__OUT UINT32_C(0xFFFFFFFD)
+
 /* The part of a tape the forward pass touches.  [cur, end) is the free room in
  * the current chunk; next is the ID the next record receives.  When no
  * recording is active, or after an error, cur == end == NULL, so the one
@@ -49,22 +57,50 @@ typedef struct ad__cursor {
  * recording is active). */
 extern AD_API _Thread_local ad__cursor *ad__active;
 
-/* Out of line: opens the next chunk, or reports that the record cannot be
- * taken (idle tape, memory exhausted, ID range used up) by returning 0. */
-AD_API uint32_t ad__push_slow(uint32_t a, double wa, uint32_t b, double wb);
+/* What a record's operation was, for second-order recordings (ad_hvp):
+ * the slow path computes the second partials from it and from the
+ * arguments' values.  The fast path never reads it, so it costs nothing
+ * there: each operation passes a constant. */
+enum {
+    AD__OP_LINEAR,  /* second partials all zero */
+    AD__OP_MUL, AD__OP_DIV, AD__OP_POW, AD__OP_POW_RD, AD__OP_POW_DR, AD__OP_ATAN2,
+    AD__OP_HYPOT, AD__OP_SQRT, AD__OP_CBRT, AD__OP_EXP, AD__OP_EXPM1, AD__OP_LOG,
+    AD__OP_LOG1P, AD__OP_LOG2, AD__OP_LOG10, AD__OP_SIN, AD__OP_COS, AD__OP_TAN,
+    AD__OP_ASIN, AD__OP_ACOS, AD__OP_ATAN, AD__OP_SINH, AD__OP_COSH, AD__OP_TANH,
+    AD__OP_ASINH, AD__OP_ACOSH, AD__OP_ATANH, AD__OP_ERF, AD__OP_ERFC, AD__OP_LGAMMA,
+    AD__OP_TGAMMA
+};
 
-static inline uint32_t ad__push(uint32_t a, double wa, uint32_t b, double wb)
+/* Out of line: opens the next chunk, records with second partials in a
+ * second-order recording, or reports that the record cannot be taken (idle
+ * tape, memory exhausted, ID range used up) by returning 0.  c is the
+ * thread's cursor (passed, as the thread-local lookup costs a call in a
+ * shared library); x and y are the arguments' values (for one argument, y
+ * is the operation's constant), v the result's. */
+AD_API uint32_t ad__push_slow(ad__cursor *c, uint32_t a, double wa, uint32_t b, double wb, int op,
+                              double x, double y, double v);
+
+/* The room check is an unsigned compare, so that a second-order recording
+ * can send every record to the slow path with end = NULL. */
+static inline uint32_t ad__push_op(uint32_t a, double wa, uint32_t b, double wb, int op,
+                                   double x, double y, double v)
 {
     ad__cursor *c = ad__active;
     ad__record *r = c->cur;
-    if (AD__UNLIKELY(r == c->end))
-        return ad__push_slow(a, wa, b, wb);
+    if (AD__UNLIKELY((uintptr_t)r >= (uintptr_t)c->end))
+        return ad__push_slow(c, a, wa, b, wb, op, x, y, v);
     r->a = a;
     r->b = b;
     r->wa = wa;
     r->wb = wb;
     c->cur = r + 1;
     return (uint32_t)c->next++;
+}
+
+/* A record whose partials are constants (a sum, a header). */
+static inline uint32_t ad__push(uint32_t a, double wa, uint32_t b, double wb)
+{
+    return ad__push_op(a, wa, b, wb, AD__OP_LINEAR, 0.0, 0.0, 0.0);
 }
 
 /* Bulk recording of an n-ary record: a private copy of the cursor that the
@@ -79,7 +115,6 @@ typedef struct ad__slots {
 } ad__slots;
 
 AD_API ad__slots ad__slots_more(ad__slots s);
-AD_API uint32_t ad__slots_finish(ad__slots s);
 
 static inline ad__slots ad__slots_begin(void)
 {
@@ -90,7 +125,7 @@ static inline ad__slots ad__slots_begin(void)
 
 static inline ad__slots ad__slots_put(ad__slots s, uint32_t a, double wa, uint32_t b, double wb)
 {
-    if (AD__UNLIKELY(s.cur == s.end)) {
+    if (AD__UNLIKELY((uintptr_t)s.cur >= (uintptr_t)s.end)) {
         if (s.dead)
             return s;
         s = ad__slots_more(s);
@@ -107,11 +142,29 @@ static inline ad__slots ad__slots_put(ad__slots s, uint32_t a, double wa, uint32
     return s;
 }
 
-/* The result ID of the slots written: none if no argument was active, the
- * slot itself if there is only one, else a header over the run. */
-static inline uint32_t ad__slots_end(ad__slots s)
+/* What an n-ary record computes, kept in its header's wa for second-order
+ * sweeps, which need each kind's second partials: none for a linear
+ * function of its arguments, 1 between the two arguments of each slot of
+ * a dot product, 2 on each argument of a squared norm; prod and logsumexp
+ * are dense (lib/hessian.c). */
+enum { AD__NARY_LINEAR, AD__NARY_DOT, AD__NARY_SQNORM, AD__NARY_PROD, AD__NARY_LSE };
+
+/* The result ID of the slots written: none if no argument was active (or
+ * the recording failed: the room is then empty), the slot itself if there
+ * is only one, else a header over the run.  The slots are committed to the
+ * shared cursor, whose room they were taken from.  A second-order recording
+ * (end == NULL) keeps the header of a lone slot too: slots have no second
+ * partials of their own, their header's kind gives them. */
+static inline uint32_t ad__slots_end(ad__slots s, int kind)
 {
-    return s.any ? ad__slots_finish(s) : 0;
+    if (!s.any || !s.cur)
+        return 0;
+    ad__cursor *c = ad__active;
+    c->next += (uint64_t)(s.cur - c->cur);
+    c->cur = s.cur;
+    if (s.count == 1 && c->end)
+        return (uint32_t)(c->next - 1);
+    return ad__push((uint32_t)s.count, (double)kind, AD__NARY, 0.0);
 }
 
 #endif

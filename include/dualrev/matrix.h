@@ -1,0 +1,114 @@
+/* dualrev: recorded matrices, for many products with one ad_real matrix.
+ *
+ * Included by dualrev.h.  ad_matvec_rr stores a partial per matrix entry in
+ * every product: 24 bytes per entry each time.  A recorded matrix is put on
+ * the tape once, its entries given consecutive IDs and its values kept
+ * beside the tape; a product with it then stores only its vector, and its
+ * reverse rule forms the matrix's cotangent (ybar x^T) and the vector's
+ * (A^T ybar) from the stored values.  Strictly upper (lower) entries that
+ * are all constant zeros are found when the matrix is recorded or wrapped,
+ * and every product skips them, so a triangular factor costs what its
+ * entries do.  They are structural zeros, as in BLAS trmv: 0 x Inf there
+ * adds nothing, where a full product would give NaN.
+ *
+ * The handle works in shared source too: ad_mat_make on a double matrix
+ * wraps it, and ad_mat_vec with double vectors returns doubles. */
+#ifndef DUALREV_MATRIX_H
+#define DUALREV_MATRIX_H
+
+typedef struct ad_mat {
+    size_t rows, cols;
+    const double *a;     /* a wrapped double matrix, row-major */
+    const ad_real *ar;   /* a recorded one: the caller's entries */
+    uint32_t id;         /* entry (i, j) has ID id + i * cols + j; 0 if not recorded */
+    int shape;           /* AD__FULL, AD__LOWER or AD__UPPER: entries outside are zero */
+    size_t at;           /* where its values are kept (internal) */
+    uint64_t recording;  /* which recording it belongs to (internal) */
+} ad_mat;
+
+#define AD__FULL 0
+#define AD__LOWER 1
+#define AD__UPPER 2
+
+/* Records the m x n row-major matrix A.  The handle belongs to the current
+ * recording, like an ad_real; A must not change while it is in use.
+ * Outside a recording (or after the recording failed) it only refers to A.
+ * Returns AD_OK, AD_EINVAL (NULL A with m n > 0, or NULL M), AD_ENOMEM or
+ * AD_ERANGE; the recording keeps the error and its caller reports it. */
+AD_API ad_status ad_mat_record(size_t m, size_t n, const ad_real *A, ad_mat *M);
+AD_API ad_status ad_mat_wrap(size_t m, size_t n, const double *A, ad_mat *M);
+
+/* y = M x, one record per output; y must not overlap x (either may be
+ * NULL when empty).  x may be constant (a double array);
+ * with a wrapped (double) matrix and an ad_real x this is ad_matvec.  A
+ * handle from another recording makes the recording fail with
+ * AD_EFOREIGN; y is then NaN. */
+AD_API void ad_mat_vec_rr(const ad_mat *M, const ad_real *x, ad_real *y);
+AD_API void ad_mat_vec_rd(const ad_mat *M, const double *x, ad_real *y);
+AD_API void ad__mat_vec_values(const ad_mat *M, const double *x, double *y);
+
+/* Columns [*lo, *hi) of row j inside the shape. */
+static inline void ad__mat_row_range(int shape, size_t j, size_t n, size_t *lo, size_t *hi)
+{
+    *lo = shape == AD__UPPER ? (j < n ? j : n) : 0;
+    *hi = shape == AD__LOWER ? (j + 1 < n ? j + 1 : n) : n;
+}
+
+/* y = A x over the shape, A row-major m x n.  Rows go four at a time, so
+ * that their sums run side by side instead of as one chain of dependent
+ * adds; each row still adds its terms in column order, so every y[j] is
+ * bitwise the one-row-at-a-time sum. */
+static inline void ad__mat_rows(size_t m, size_t n, int shape, const double *A, const double *x,
+                                double *y)
+{
+    size_t j = 0;
+    for (; j + 4 <= m; j += 4) {
+        size_t lo[4], hi[4], clo = 0, chi = n;
+        for (int r = 0; r < 4; r++) {
+            ad__mat_row_range(shape, j + r, n, &lo[r], &hi[r]);
+            clo = lo[r] > clo ? lo[r] : clo;
+            chi = hi[r] < chi ? hi[r] : chi;
+        }
+        if (clo > chi)
+            break;  /* no common stretch: one row at a time below */
+        const double *a0 = A + j * n, *a1 = a0 + n, *a2 = a1 + n, *a3 = a2 + n;
+        double s[4] = {0.0, 0.0, 0.0, 0.0};
+        for (int r = 0; r < 4; r++)
+            for (size_t l = lo[r]; l < clo; l++)
+                s[r] += A[(j + r) * n + l] * x[l];
+        double s0 = s[0], s1 = s[1], s2 = s[2], s3 = s[3];
+        for (size_t l = clo; l < chi; l++) {
+            s0 += a0[l] * x[l];
+            s1 += a1[l] * x[l];
+            s2 += a2[l] * x[l];
+            s3 += a3[l] * x[l];
+        }
+        s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
+        for (int r = 0; r < 4; r++) {
+            for (size_t l = chi; l < hi[r]; l++)
+                s[r] += A[(j + r) * n + l] * x[l];
+            y[j + r] = s[r];
+        }
+    }
+    for (; j < m; j++) {
+        size_t lo, hi;
+        ad__mat_row_range(shape, j, n, &lo, &hi);
+        double v = 0.0;
+        for (size_t l = lo; l < hi; l++)
+            v += A[j * n + l] * x[l];
+        y[j] = v;
+    }
+}
+
+/* The plain product, inline like the other double forms: it is the
+ * baseline of shared-source code. */
+static inline void ad_mat_vec_d(const ad_mat *M, const double *x, double *y)
+{
+    if (!M || !M->a) {  /* NULL, or a recorded matrix read as plain values */
+        ad__mat_vec_values(M, x, y);
+        return;
+    }
+    ad__mat_rows(M->rows, M->cols, M->shape, M->a, x, y);
+}
+
+#endif

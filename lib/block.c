@@ -1,0 +1,150 @@
+/* dualrev: block records -- the tape side of external functions. */
+#include <string.h>
+
+#include "block.h"
+
+#define BLOCK_ALIGN 16
+
+/* The block area grows by copying: it is addressed by offsets. */
+static int reserve_area(ad_tape *t, size_t need)
+{
+    if (need <= t->blocks_cap)
+        return 1;
+    size_t cap = t->blocks_cap ? t->blocks_cap : 4096;
+    while (cap < need)
+        cap = cap > SIZE_MAX / 2 ? need : 2 * cap;
+    unsigned char *p = ad_alloc(cap);
+    if (!p)
+        return 0;
+    if (t->blocks_len)
+        memcpy(p, t->blocks, t->blocks_len);
+    ad_free(t->blocks);
+    t->blocks = p;
+    t->blocks_cap = cap;
+    return 1;
+}
+
+size_t ad_block_new(ad_tape *t, size_t size, uint32_t nout, uint32_t nargs, uint32_t run_len)
+{
+    size_t at = t->blocks_len;  /* aligned: every block's size is rounded up */
+    size_t work = (size_t)nout + nargs + run_len;
+    if (size > SIZE_MAX - at - BLOCK_ALIGN)
+        size = SIZE_MAX;  /* fails below */
+    size_t end = size == SIZE_MAX ? SIZE_MAX : (at + size + BLOCK_ALIGN - 1) / BLOCK_ALIGN * BLOCK_ALIGN;
+    if (end == SIZE_MAX || !reserve_area(t, end) ||
+        ad_reserve((void **)&t->work, &t->work_cap, work ? work : 1, sizeof *t->work) != AD_OK ||
+        ad_reserve((void **)&t->flags, &t->flags_cap, work ? work : 1, 1) != AD_OK) {
+        ad_tape_fail(t, AD_ENOMEM);
+        return SIZE_MAX;
+    }
+    t->blocks_len = end;
+    ad_block *b = ad_block_at(t, at);
+    memset(b, 0, sizeof *b);
+    b->nout = nout;
+    b->nargs = nargs;
+    b->run_len = run_len;
+    return at;
+}
+
+uint32_t ad_block_record(ad_tape *t, size_t offset)
+{
+    const ad_block *b = ad_block_at(t, offset);
+    double off;
+    uint64_t bits = offset;
+    memcpy(&off, &bits, sizeof off);
+    uint32_t hid = ad__push(b->nout, off, AD__BLOCK, 0.0);
+    if (!hid)
+        return 0;
+    t->no_jvp += !b->kind->jvp && !b->kind->forward;
+    t->no_second += !b->kind->second;
+    /* IDs are consecutive even across a chunk boundary. */
+    for (uint32_t j = 1; j <= b->nout; j++)
+        if (!ad__push(j, 0.0, AD__OUT, 0.0))
+            return 0;
+    return hid + 1;
+}
+
+const ad_block *ad_block_of(const ad_tape *t, const ad__record *r)
+{
+    uint64_t bits;
+    memcpy(&bits, &r->wa, sizeof bits);
+    return ad_block_at(t, (size_t)bits);
+}
+
+/* User rules may use dualrev: the nesting depth goes up around them, so
+ * that a nested recording cannot take the tape being swept. */
+static void enter(void)
+{
+    ad_thread_self()->depth++;
+}
+
+static void leave(void)
+{
+    ad_thread_self()->depth--;
+}
+
+const double *ad_block_pullback(const ad_tape *t, const ad_block *b, const double *ybar)
+{
+    double *xbar = t->work + b->nout;
+    memset(xbar, 0, ((size_t)b->nargs + b->run_len) * sizeof *xbar);
+    enter();
+    b->kind->vjp(t, b, ybar, xbar);
+    leave();
+    return xbar;
+}
+
+void ad_block_reverse(const ad_tape *t, const ad__record *r, uint32_t hid, double *adj, size_t L)
+{
+    const ad_block *b = ad_block_of(t, r);
+    if (b->kind->reverse) {
+        for (size_t l = 0; l < L; l++)
+            b->kind->reverse(t, b, hid, adj, L, l);
+        return;
+    }
+    const uint32_t *ids = ad_block_ids(b);
+    double *ybar = t->work;
+    for (size_t l = 0; l < L; l++) {
+        for (uint32_t j = 0; j < b->nout; j++)
+            ybar[j] = adj[(size_t)(hid + 1 + j) * L + l];
+        const double *xbar = ad_block_pullback(t, b, ybar);
+        for (uint32_t k = 0; k < b->nargs; k++)
+            adj[(size_t)ids[k] * L + l] += xbar[k];
+        for (uint32_t k = 0; k < b->run_len; k++)
+            adj[(size_t)(b->run + k) * L + l] += xbar[b->nargs + k];
+    }
+}
+
+void ad_block_forward(const ad_tape *t, const ad__record *r, uint32_t hid, double *tan, size_t L)
+{
+    const ad_block *b = ad_block_of(t, r);
+    for (size_t l = 0; l < L; l++)
+        tan[(size_t)hid * L + l] = 0.0;
+    if (b->kind->forward) {
+        for (size_t l = 0; l < L; l++)
+            b->kind->forward(t, b, hid, tan, L, l);
+        return;
+    }
+    const uint32_t *ids = ad_block_ids(b);
+    size_t nx = (size_t)b->nargs + b->run_len;
+    double *xdot = t->work, *ydot = t->work + nx;
+    for (size_t l = 0; l < L; l++) {
+        /* A constant argument's tangent is 0 (its slot is the sink). */
+        for (uint32_t k = 0; k < b->nargs; k++)
+            xdot[k] = ids[k] ? tan[(size_t)ids[k] * L + l] : 0.0;
+        for (uint32_t k = 0; k < b->run_len; k++)
+            xdot[b->nargs + k] = tan[(size_t)(b->run + k) * L + l];
+        enter();
+        b->kind->jvp(t, b, xdot, ydot);
+        leave();
+        for (uint32_t j = 0; j < b->nout; j++)
+            tan[(size_t)(hid + 1 + j) * L + l] = ydot[j];
+    }
+}
+
+void ad_block_second(const ad_tape *t, const ad__record *r, uint32_t hid, const double *tan,
+                     double *adj, double *adjd, size_t L)
+{
+    const ad_block *b = ad_block_of(t, r);
+    for (size_t l = 0; l < L; l++)
+        b->kind->second(t, b, hid, tan, adj, adjd, L, l, l == 0);
+}

@@ -1,0 +1,100 @@
+/* dualrev internal: block records, for operations with several outputs whose
+ * derivative is a rule rather than stored partials (external functions).
+ *
+ * On the tape a block is a header slot and one slot per output (record.h);
+ * its data lives in the tape's block area, at the offset the header holds,
+ * and starts with an ad_block.  Offsets, not pointers: the area may move
+ * as it grows.  The sweeps call the kind's rules one lane at a time, on
+ * compact arrays: cotangents or tangents of the outputs, and of the
+ * arguments, whose IDs the block lists. */
+#ifndef DUALREV_BLOCK_H
+#define DUALREV_BLOCK_H
+
+#include "tape.h"
+
+typedef struct ad_block ad_block;
+
+typedef struct ad_block_kind {
+    const char *name;
+    /* xbar = J^T ybar over the arguments in order (listed, then the run);
+     * xbar arrives zeroed */
+    void (*vjp)(const ad_tape *t, const ad_block *b, const double *ybar, double *xbar);
+    /* ydot = J xdot, or NULL: the block has no forward rule */
+    void (*jvp)(const ad_tape *t, const ad_block *b, const double *xdot, double *ydot);
+    /* Optional: the sweeps' work done in place on the cotangent (tangent)
+     * array, lane `lane` of L, for kinds whose arguments are too many to
+     * gather into compact arrays on every call (matrix.c). */
+    void (*reverse)(const ad_tape *t, const ad_block *b, uint32_t hid, double *adj, size_t L,
+                    size_t lane);
+    void (*forward)(const ad_tape *t, const ad_block *b, uint32_t hid, double *tan, size_t L,
+                    size_t lane);
+    /* Optional: the second-order reverse sweep (hessian.c), lane `lane` of
+     * the tangents tan and the cotangents' tangents adjd; adj, the
+     * cotangents, has one lane and is updated when `first` is set.  A
+     * block without it makes ad_hvp and ad_hessian return AD_ENOTSUP. */
+    void (*second)(const ad_tape *t, const ad_block *b, uint32_t hid, const double *tan,
+                   double *adj, double *adjd, size_t L, size_t lane, int first);
+    /* Optional, for sparse Jacobians: sets the flags of the arguments
+     * (listed, then the run) that the outputs flagged in outs depend on.
+     * Without it every output depends on every argument. */
+    void (*reach)(const ad_block *b, const unsigned char *outs, unsigned char *args);
+} ad_block_kind;
+
+/* Arguments: nargs listed IDs, then run_len consecutive IDs from run (a
+ * recorded matrix's entries, say, which need not be listed one by one). */
+struct ad_block {
+    const ad_block_kind *kind;
+    uint32_t nout, nargs;
+    uint32_t run, run_len;
+    size_t ids;  /* byte offset from the block to its nargs argument IDs */
+};
+
+static inline const uint32_t *ad_block_ids(const ad_block *b)
+{
+    return (const uint32_t *)(const void *)((const char *)b + b->ids);
+}
+
+/* Room for a block of `size` bytes in t's block area, with nout outputs
+ * and nargs + run_len arguments; returns its offset, or ends the recording with
+ * AD_ENOMEM and returns SIZE_MAX.  Reserves the sweeps' work array too, so
+ * that sweeps never allocate. */
+AD_HIDDEN size_t ad_block_new(ad_tape *t, size_t size, uint32_t nout, uint32_t nargs,
+                              uint32_t run_len);
+
+static inline ad_block *ad_block_at(const ad_tape *t, size_t offset)
+{
+    return (ad_block *)(void *)(t->blocks + offset);
+}
+
+/* Records the block at `offset` (header and output slots); returns the
+ * first output's ID, or 0 if the recording failed. */
+AD_HIDDEN uint32_t ad_block_record(ad_tape *t, size_t offset);
+
+/* The block whose header is r. */
+AD_HIDDEN const ad_block *ad_block_of(const ad_tape *t, const ad__record *r);
+
+/* The sweeps' part (hid: the header's ID; L lanes side by side). */
+AD_HIDDEN void ad_block_reverse(const ad_tape *t, const ad__record *r, uint32_t hid, double *adj,
+                                size_t L);
+AD_HIDDEN void ad_block_forward(const ad_tape *t, const ad__record *r, uint32_t hid, double *tan,
+                                size_t L);
+AD_HIDDEN void ad_block_second(const ad_tape *t, const ad__record *r, uint32_t hid,
+                               const double *tan, double *adj, double *adjd, size_t L);
+
+/* Cotangents of the arguments from those of the outputs, for the sparse
+ * resolve: returns the argument cotangents (t's work array). */
+AD_HIDDEN const double *ad_block_pullback(const ad_tape *t, const ad_block *b, const double *ybar);
+
+/* Work array of t that holds the outputs' cotangents for ad_block_pullback. */
+static inline double *ad_block_ybar(const ad_tape *t)
+{
+    return t->work;
+}
+
+/* Flags for the outputs, then for the arguments (sparse.c, with reach). */
+static inline unsigned char *ad_block_flags(const ad_tape *t)
+{
+    return t->flags;
+}
+
+#endif

@@ -1,0 +1,293 @@
+/* dualrev: Hessian-vector products and Hessians, forward over reverse.
+ *
+ * H v is the derivative of the gradient in the direction v.  The objective
+ * is recorded once in second-order mode, where each record also keeps its
+ * second partials (tape.c, second.c).  A forward sweep gives every value's
+ * tangent t = d(value)/d(eps) along x + eps v (tangent.c); then one
+ * reverse sweep carries, beside each cotangent z, its tangent z':
+ *
+ *   adj[a]  += z wa
+ *   adjd[a] += z' wa + z (h_aa t_a + h_ab t_b)          (and so for b)
+ *
+ * since the tangent of a partial wa is h_aa t_a + h_ab t_b.  At the
+ * inputs adj is the gradient and adjd is H v.  Several directions share
+ * one sweep as lanes (adjd and the tangents have L per ID; adj has one),
+ * which is how ad_hessian takes n directions. */
+#include <string.h>
+
+#include "block.h"
+
+/* adjd[a] += z' w + z wd, for every lane, and adj[a] += z w. */
+AD_INLINE void give(double *adj, double *adjd, uint32_t a, double z, const double *zd, double w,
+                    const double *wd, const size_t L)
+{
+    adj[a] += z * w;
+    for (size_t l = 0; l < L; l++)
+        adjd[(size_t)a * L + l] += zd[l] * w + z * wd[l];
+}
+
+/* The tangent of a two-argument record's partials, from its second
+ * partials h: wd_a = h_aa t_a + h_ab t_b, wd_b = h_ab t_a + h_bb t_b. */
+AD_INLINE void apply2(const ad__record *r, ad_aux h, const double *tan, double *adj,
+                      double *adjd, double z, const double *zd, const size_t L)
+{
+    const double *ta = tan + (size_t)r->a * L, *tb = tan + (size_t)r->b * L;
+    double wda[AD_LANES], wdb[AD_LANES];
+    /* A zero second partial adds nothing, even against a NaN or Inf
+     * tangent (sqrt(x0) + x1^2 at x0 = 0 along x1): the partial does not
+     * depend on that argument. */
+    for (size_t l = 0; l < L; l++) {
+        double aa = h.aa != 0.0 ? h.aa * ta[l] : 0.0, bb = h.bb != 0.0 ? h.bb * tb[l] : 0.0;
+        double ab_a = h.ab != 0.0 ? h.ab * ta[l] : 0.0, ab_b = h.ab != 0.0 ? h.ab * tb[l] : 0.0;
+        wda[l] = aa + ab_b;
+        wdb[l] = ab_a + bb;
+    }
+    give(adj, adjd, r->a, z, zd, r->wa, wda, L);
+    give(adj, adjd, r->b, z, zd, r->wb, wdb, L);
+}
+
+/* logsumexp: the partials are the softmax w, whose tangent is
+ * w_i (t_i - sum_j w_j t_j). */
+AD_INLINE void lse_run(const ad_tape *t, uint32_t id, uint32_t count, const double *tan,
+                       double *adj, double *adjd, double z, const double *zd, const size_t L)
+{
+    double s[AD_LANES] = {0};
+    for (uint32_t k = 1; k <= count; k++) {
+        const ad__record *r = ad_tape_record(t, id - k);
+        for (size_t l = 0; l < L; l++)
+            s[l] += r->wa * tan[(size_t)r->a * L + l] + r->wb * tan[(size_t)r->b * L + l];
+    }
+    for (uint32_t k = 1; k <= count; k++) {
+        const ad__record *r = ad_tape_record(t, id - k);
+        double wda[AD_LANES], wdb[AD_LANES];
+        for (size_t l = 0; l < L; l++) {
+            wda[l] = r->wa * (tan[(size_t)r->a * L + l] - s[l]);
+            wdb[l] = r->wb * (tan[(size_t)r->b * L + l] - s[l]);
+        }
+        give(adj, adjd, r->a, z, zd, r->wa, wda, L);
+        give(adj, adjd, r->b, z, zd, r->wb, wdb, L);
+    }
+}
+
+/* prod: the partial of x_i is C prod_{k != i} x_k (C: the constants'
+ * product, in the header's aux; the active x_k in the slots' aux, two per
+ * slot, in order).  Its tangent is the eps-part of the same product over
+ * x_k + eps t_k: prefix and suffix products of such dual numbers, zero-safe
+ * like the partials.  The prefixes go to the work array, reserved by
+ * reduce.c. */
+static void prod_run(const ad_tape *t, uint32_t id, uint32_t count, const double *tan,
+                     double *adj, double *adjd, double z, const double *zd, size_t L)
+{
+    uint32_t lo = id - count;
+    double *pre = t->work;  /* value and eps-part of the prefix before each argument */
+    for (size_t l = 0; l < L; l++) {
+        double p = ad_tape_aux(t, id)->aa, pd = 0.0;
+        size_t i = 0;
+        for (uint32_t s = lo; s < id; s++) {
+            const ad__record *r = ad_tape_record(t, s);
+            const ad_aux *v = ad_tape_aux(t, s);
+            uint32_t arg[2] = {r->a, r->b};
+            double x[2] = {v->aa, v->bb};
+            for (int q = 0; q < 2 && arg[q]; q++, i++) {
+                double td = tan[(size_t)arg[q] * L + l];
+                pre[2 * i] = p;
+                pre[2 * i + 1] = pd;
+                pd = pd * x[q] + p * td;
+                p *= x[q];
+            }
+        }
+        double sv = 1.0, sd = 0.0;
+        for (uint32_t s = id; s-- > lo;) {
+            const ad__record *r = ad_tape_record(t, s);
+            const ad_aux *v = ad_tape_aux(t, s);
+            uint32_t arg[2] = {r->a, r->b};
+            double x[2] = {v->aa, v->bb}, w[2] = {r->wa, r->wb};
+            for (int q = 1; q >= 0; q--) {
+                if (!arg[q])
+                    continue;
+                i--;
+                double wd = pre[2 * i + 1] * sv + pre[2 * i] * sd;
+                if (l == 0)
+                    adj[arg[q]] += z * w[q];
+                adjd[(size_t)arg[q] * L + l] += zd[l] * w[q] + z * wd;
+                double td = tan[(size_t)arg[q] * L + l];
+                sd = sd * x[q] + sv * td;
+                sv *= x[q];
+            }
+        }
+    }
+}
+
+/* The n-ary record whose header is at id; returns the number of slots. */
+static uint32_t nary(const ad_tape *t, const ad__record *r, uint32_t id, const double *tan,
+                     double *adj, double *adjd, double z, const double *zd, size_t L)
+{
+    uint32_t count = r->a;
+    int kind = (int)r->wa;
+    if (kind == AD__NARY_LSE) {
+        lse_run(t, id, count, tan, adj, adjd, z, zd, L);
+        return count;
+    }
+    if (kind == AD__NARY_PROD) {
+        prod_run(t, id, count, tan, adj, adjd, z, zd, L);
+        return count;
+    }
+    ad_aux h = {0.0, 0.0, 0.0};
+    if (kind == AD__NARY_DOT)
+        h.ab = 1.0;
+    else if (kind == AD__NARY_SQNORM)
+        h.aa = h.bb = 2.0;
+    for (uint32_t k = 1; k <= count; k++) {
+        const ad__record *s = ad_tape_record(t, id - k);
+        ad_aux hs = h;
+        if (!s->b)  /* the sink: a lone argument */
+            hs.ab = hs.bb = 0.0;
+        apply2(s, hs, tan, adj, adjd, z, zd, L);
+    }
+    return count;
+}
+
+/* Walks the records downwards chunk by chunk, the aux chunk beside; an
+ * n-ary record's run is handled with its header and skipped. */
+AD_INLINE void sweep(const ad_tape *t, const double *tan, double *adj, double *adjd, uint32_t top,
+                     const size_t L)
+{
+    uint32_t id = top;
+    while (id >= t->first) {
+        size_t k = id - t->first, c = k >> AD_CHUNK_BITS, i = k & (AD_CHUNK - 1);
+        const ad__record *rc = t->chunks[c];
+        const ad_aux *hc = t->aux[c];
+        for (;; i--, id--) {
+            const ad__record *r = rc + i;
+            double z = adj[id], zd[AD_LANES];
+            for (size_t l = 0; l < L; l++)
+                zd[l] = adjd[(size_t)id * L + l];
+            if (AD__LIKELY(r->b < AD__ID_END)) {
+                apply2(r, hc[i], tan, adj, adjd, z, zd, L);
+            } else if (r->b == AD__NARY) {
+                id -= nary(t, r, id, tan, adj, adjd, z, zd, L) + 1;
+                break;  /* the run may have crossed a chunk: find the place again */
+            } else if (r->b == AD__BLOCK) {
+                ad_block_second(t, r, id, tan, adj, adjd, L);
+            }
+            if (i == 0) {
+                id--;
+                break;
+            }
+        }
+    }
+}
+
+static void second_sweep(const ad_tape *t, const double *tan, double *adj, double *adjd,
+                         uint32_t top, size_t L)
+{
+    if (L == 1)
+        sweep(t, tan, adj, adjd, top, 1);
+    else
+        sweep(t, tan, adj, adjd, top, AD_LANES);
+}
+
+/* The tangents' array, zero at the inputs, for the caller to seed: lane l
+ * of input k is tan[(k + 1) * L + l]. */
+static double *seeds(ad_tape *t, size_t n, size_t L)
+{
+    memset(t->tan2, 0, (n + 1) * L * sizeof *t->tan2);
+    return t->tan2;
+}
+
+/* From the seeded inputs: the tangents, then the second-order sweep.
+ * Leaves the gradient in t->adj; returns the cotangents' tangents, whose
+ * lane l at the inputs is H v_l. */
+static const double *along(ad_tape *t, uint32_t top, size_t L)
+{
+    double *tan = t->tan2, *adjd = t->tan2 + ((size_t)top + 1) * L;
+    ad_tangent(t, tan, top, L);
+    memset(t->adj, 0, ((size_t)top + 1) * sizeof *t->adj);
+    memset(adjd, 0, ((size_t)top + 1) * L * sizeof *adjd);
+    t->adj[t->outputs[0].id] += 1.0;  /* a constant objective seeds the sink */
+    second_sweep(t, tan, t->adj, adjd, top, L);
+    return adjd;
+}
+
+/* Record f in second-order mode and make room for the sweeps. */
+static ad_status prepare(ad_tape *t, ad_objective f, void *ctx, size_t n, const double *x,
+                         size_t L, uint32_t *top)
+{
+    ad_status s = ad_record_objective(t, f, ctx, n, x, 1);
+    if (s != AD_OK)
+        return s;
+    if (t->no_second)
+        return AD_ENOTSUP;
+    *top = ad_outputs_top(t, 1);
+    size_t ids = (size_t)*top + 1;
+    s = ad_tape_reserve_adjoints(t, *top);
+    if (s == AD_OK && ids > SIZE_MAX / (2 * L))
+        s = AD_ENOMEM;
+    if (s == AD_OK)
+        s = ad_reserve((void **)&t->tan2, &t->tan2_cap, 2 * L * ids, sizeof *t->tan2);
+    return s;
+}
+
+ad_status ad_hvp(ad_objective f, void *ctx, size_t n, const double *x, const double *v,
+                 double *fx, double *grad, double *hv)
+{
+    ad_status s = AD_EINVAL;
+    ad_tape *t = ad_thread_tape();
+    uint32_t top = 0;
+    if (!f || !fx || (n && (!x || !v || !grad || !hv)))
+        goto fail;
+    s = prepare(t, f, ctx, n, x, 1, &top);
+    if (s != AD_OK)
+        goto fail;
+    double *tan = seeds(t, n, 1);
+    if (n)
+        memcpy(tan + 1, v, n * sizeof *v);
+    const double *adjd = along(t, top, 1);
+    if (n) {
+        memcpy(grad, t->adj + 1, n * sizeof *grad);
+        memcpy(hv, adjd + 1, n * sizeof *hv);
+    }
+    ad_read_outputs(t, 1, fx);
+    return AD_OK;
+fail:
+    ad_fill_nan(fx, 1);
+    ad_fill_nan(grad, n);
+    ad_fill_nan(hv, n);
+    return s;
+}
+
+/* Columns of H, AD_LANES at a time: directions e_j0 .. e_j0+B-1.  H is
+ * not symmetrised: its symmetry is a check on the sweep. */
+ad_status ad_hessian(ad_objective f, void *ctx, size_t n, const double *x, double *fx,
+                     double *grad, double *hess)
+{
+    ad_status s = AD_EINVAL;
+    ad_tape *t = ad_thread_tape();
+    uint32_t top = 0;
+    size_t L = n == 1 ? 1 : AD_LANES;
+    if (!f || !fx || (n && (!x || !grad || !hess)) || (n && n > SIZE_MAX / n))
+        goto fail;
+    s = prepare(t, f, ctx, n, x, L, &top);
+    if (s != AD_OK)
+        goto fail;
+    for (size_t j0 = 0; j0 < n; j0 += L) {
+        size_t B = n - j0 < L ? n - j0 : L;
+        double *tan = seeds(t, n, L);
+        for (size_t b = 0; b < B; b++)
+            tan[(j0 + b + 1) * L + b] = 1.0;
+        const double *adjd = along(t, top, L);
+        for (size_t k = 0; k < n; k++)
+            for (size_t b = 0; b < B; b++)
+                hess[k * n + j0 + b] = adjd[(k + 1) * L + b];
+    }
+    if (n)
+        memcpy(grad, t->adj + 1, n * sizeof *grad);
+    ad_read_outputs(t, 1, fx);
+    return AD_OK;
+fail:
+    ad_fill_nan(fx, 1);
+    ad_fill_nan(grad, n);
+    if (hess && n && n <= SIZE_MAX / n)
+        ad_fill_nan(hess, n * n);
+    return s;
+}

@@ -1,0 +1,470 @@
+/* dualrev: recorded matrices and their products (include/dualrev/matrix.h).
+ *
+ * Two block kinds.  A matrix block copies the m x n entries of an ad_real
+ * matrix to m n consecutive IDs (its outputs) and keeps their values.  A
+ * product block y = M x keeps x (values, and IDs when x is active) and
+ * takes M's entries as a run of arguments, so it stores O(n), not O(m n);
+ * its sweeps work in place on the cotangent or tangent array, row by row,
+ * over the entries inside M's shape only. */
+#include <math.h>
+#include <string.h>
+
+#include "block.h"
+
+typedef struct matrix {
+    ad_block base;
+    size_t rows, cols;
+    uint32_t first;  /* ID of entry (0, 0) */
+    int shape;
+    /* then: double values[rows * cols]; uint32_t ids[rows * cols] */
+} matrix;
+
+typedef struct product {
+    ad_block base;
+    size_t mat;      /* offset of the matrix block */
+    size_t rows, cols;
+    uint32_t entry0; /* the matrix's first entry ID (= base.run) */
+    int shape;
+    int x_active;
+    /* then: double x[cols]; uint32_t ids[cols] if x_active */
+} product;
+
+static const double *mat_values(const matrix *A)
+{
+    return (const double *)(const void *)(A + 1);
+}
+
+static const double *prod_x(const product *p)
+{
+    return (const double *)(const void *)(p + 1);
+}
+
+static const double *prod_a(const ad_tape *t, const product *p)
+{
+    return mat_values((const matrix *)ad_block_at(t, p->mat));
+}
+
+#define row_range ad__mat_row_range
+
+/* ---- the matrix block: its entries' cotangents pass to A's IDs ---- */
+
+static void mat_vjp(const ad_tape *t, const ad_block *b, const double *ybar, double *xbar)
+{
+    (void)t;
+    memcpy(xbar, ybar, (size_t)b->nout * sizeof *xbar);
+}
+
+static void mat_jvp(const ad_tape *t, const ad_block *b, const double *xdot, double *ydot)
+{
+    (void)t;
+    memcpy(ydot, xdot, (size_t)b->nout * sizeof *ydot);
+}
+
+/* The entries' cotangents and their tangents pass to A's IDs. */
+static void mat_second(const ad_tape *t, const ad_block *b, uint32_t hid, const double *tan,
+                       double *adj, double *adjd, size_t L, size_t lane, int first)
+{
+    (void)t;
+    (void)tan;
+    const uint32_t *ids = ad_block_ids(b);
+    for (uint32_t k = 0; k < b->nout; k++) {
+        size_t e = (size_t)hid + 1 + k;
+        if (first)
+            adj[ids[k]] += adj[e];
+        adjd[(size_t)ids[k] * L + lane] += adjd[e * L + lane];
+    }
+}
+
+/* Entry k is A's entry k. */
+static void mat_reach(const ad_block *b, const unsigned char *outs, unsigned char *args)
+{
+    memcpy(args, outs, b->nout);
+}
+
+static const ad_block_kind matrix_kind = {
+    .name = "matrix", .vjp = mat_vjp, .jvp = mat_jvp, .second = mat_second, .reach = mat_reach};
+
+/* ---- the product block ---- */
+
+/* Over the arguments in order: x (if active), then the matrix entries. */
+static void prod_vjp(const ad_tape *t, const ad_block *b, const double *ybar, double *xbar)
+{
+    const product *p = (const product *)b;
+    const double *A = prod_a(t, p), *x = prod_x(p);
+    size_t n = p->cols, lo, hi;
+    double *abar = xbar + (p->x_active ? n : 0);
+    for (size_t j = 0; j < p->rows; j++) {
+        row_range(p->shape, j, n, &lo, &hi);
+        for (size_t l = lo; l < hi; l++)
+            abar[j * n + l] = ybar[j] * x[l];
+        if (p->x_active)
+            for (size_t l = lo; l < hi; l++)
+                xbar[l] += ybar[j] * A[j * n + l];
+    }
+}
+
+static void prod_reverse(const ad_tape *t, const ad_block *b, uint32_t hid, double *adj, size_t L,
+                         size_t lane)
+{
+    const product *p = (const product *)b;
+    const double *A = prod_a(t, p), *x = prod_x(p);
+    size_t n = p->cols, lo, hi;
+    double *xbar = t->work;
+    if (p->x_active)
+        memset(xbar, 0, n * sizeof *xbar);
+    for (size_t j = 0; j < p->rows; j++) {
+        double yb = adj[(size_t)(hid + 1 + j) * L + lane];
+        double *abar = adj + ((size_t)p->entry0 + j * n) * L + lane;
+        row_range(p->shape, j, n, &lo, &hi);
+        if (L == 1)  /* contiguous: the compiler vectorises it */
+            for (size_t l = lo; l < hi; l++)
+                abar[l] += yb * x[l];
+        else
+            for (size_t l = lo; l < hi; l++)
+                abar[l * L] += yb * x[l];
+        if (p->x_active)
+            for (size_t l = lo; l < hi; l++)
+                xbar[l] += yb * A[j * n + l];
+    }
+    if (p->x_active) {
+        const uint32_t *ids = ad_block_ids(b);
+        for (size_t l = 0; l < n; l++)
+            adj[(size_t)ids[l] * L + lane] += xbar[l];
+    }
+}
+
+static void prod_forward(const ad_tape *t, const ad_block *b, uint32_t hid, double *tan, size_t L,
+                         size_t lane)
+{
+    const product *p = (const product *)b;
+    const double *A = prod_a(t, p), *x = prod_x(p);
+    size_t n = p->cols, lo, hi;
+    double *xdot = t->work;
+    if (p->x_active) {
+        const uint32_t *ids = ad_block_ids(b);
+        for (size_t l = 0; l < n; l++)
+            xdot[l] = ids[l] ? tan[(size_t)ids[l] * L + lane] : 0.0;
+    }
+    for (size_t j = 0; j < p->rows; j++) {
+        const double *adot = tan + ((size_t)p->entry0 + j * n) * L + lane;
+        double s = 0.0;
+        row_range(p->shape, j, n, &lo, &hi);
+        for (size_t l = lo; l < hi; l++)
+            s += adot[l * L] * x[l];
+        if (p->x_active)
+            for (size_t l = lo; l < hi; l++)
+                s += A[j * n + l] * xdot[l];
+        tan[(size_t)(hid + 1 + j) * L + lane] = s;
+    }
+}
+
+/* y = A x is bilinear: Abar += ybar x^T, xbar += A^T ybar, and their
+ * tangents add the tangents of x and of A: ybar' x^T + ybar x'^T,
+ * A^T ybar' + A'^T ybar. */
+static void prod_second(const ad_tape *t, const ad_block *b, uint32_t hid, const double *tan,
+                        double *adj, double *adjd, size_t L, size_t lane, int first)
+{
+    const product *p = (const product *)b;
+    const double *A = prod_a(t, p), *x = prod_x(p);
+    const uint32_t *ids = p->x_active ? ad_block_ids(b) : NULL;
+    size_t n = p->cols, lo, hi;
+    /* x active: the work array holds m + n + m n >= 2 n */
+    double *xbar = t->work, *xbard = t->work + n;
+    if (ids)
+        memset(t->work, 0, 2 * n * sizeof *xbar);
+    for (size_t j = 0; j < p->rows; j++) {
+        size_t out = (size_t)hid + 1 + j, e = (size_t)p->entry0 + j * n;
+        double yb = adj[out], ybd = adjd[out * L + lane];
+        row_range(p->shape, j, n, &lo, &hi);
+        for (size_t l = lo; l < hi; l++) {
+            double xd = ids && ids[l] ? tan[(size_t)ids[l] * L + lane] : 0.0;
+            if (first)
+                adj[e + l] += yb * x[l];
+            adjd[(e + l) * L + lane] += ybd * x[l] + yb * xd;
+        }
+        for (size_t l = lo; ids && l < hi; l++) {
+            xbar[l] += A[j * n + l] * yb;
+            xbard[l] += A[j * n + l] * ybd + tan[(e + l) * L + lane] * yb;
+        }
+    }
+    for (size_t l = 0; ids && l < n; l++) {
+        if (first)
+            adj[ids[l]] += xbar[l];
+        adjd[(size_t)ids[l] * L + lane] += xbard[l];
+    }
+}
+
+/* Output j depends on row j's entries inside the shape, and on x there. */
+static void prod_reach(const ad_block *b, const unsigned char *outs, unsigned char *args)
+{
+    const product *p = (const product *)b;
+    size_t n = p->cols, lo, hi;
+    unsigned char *entries = args + (p->x_active ? n : 0);
+    for (size_t j = 0; j < p->rows; j++) {
+        if (!outs[j])
+            continue;
+        row_range(p->shape, j, n, &lo, &hi);
+        for (size_t l = lo; l < hi; l++) {
+            entries[j * n + l] = 1;
+            if (p->x_active)
+                args[l] = 1;
+        }
+    }
+}
+
+static const ad_block_kind product_kind = {
+    .name = "matrix-vector product", .vjp = prod_vjp, .reverse = prod_reverse,
+    .forward = prod_forward, .second = prod_second, .reach = prod_reach};
+
+/* ---- recording ---- */
+
+/* LOWER if every entry above the diagonal is a constant zero, UPPER if
+ * every one below is, else FULL.  zero(k) says whether entry k is one. */
+#define SHAPE_OF(m, n, zero)                                       \
+    do {                                                           \
+        int lower_ = 1, upper_ = 1;                                \
+        for (size_t j_ = 0; j_ < (m); j_++)                        \
+            for (size_t l_ = 0; l_ < (n); l_++) {                  \
+                if (l_ > j_ && !zero(j_ * (n) + l_))               \
+                    lower_ = 0;                                    \
+                if (l_ < j_ && !zero(j_ * (n) + l_))               \
+                    upper_ = 0;                                    \
+            }                                                      \
+        shape = lower_ ? AD__LOWER : upper_ ? AD__UPPER : AD__FULL; \
+    } while (0)
+
+static int shape_r(size_t m, size_t n, const ad_real *A)
+{
+    int shape;
+#define ZERO_R(k) (A[k].id == 0 && A[k].v == 0.0)
+    SHAPE_OF(m, n, ZERO_R);
+    return shape;
+}
+
+static int shape_d(size_t m, size_t n, const double *A)
+{
+    int shape;
+#define ZERO_D(k) (A[k] == 0.0)
+    SHAPE_OF(m, n, ZERO_D);
+    return shape;
+}
+
+static int any_active(size_t n, const ad_real *x)
+{
+    for (size_t i = 0; i < n; i++)
+        if (x[i].id)
+            return 1;
+    return 0;
+}
+
+static ad_status fail(ad_status s)
+{
+    ad_tape *t = ad_recording();
+    if (t)
+        ad_tape_fail(t, s);
+    return s;
+}
+
+ad_status ad_mat_wrap(size_t m, size_t n, const double *A, ad_mat *M)
+{
+    if (!M || (m && n && !A))
+        return fail(AD_EINVAL);
+    memset(M, 0, sizeof *M);
+    M->rows = m;
+    M->cols = n;
+    M->a = A;
+    M->shape = shape_d(m, n, A);
+    return AD_OK;
+}
+
+ad_status ad_mat_record(size_t m, size_t n, const ad_real *A, ad_mat *M)
+{
+    if (!M || (m && n && !A))
+        return fail(AD_EINVAL);
+    memset(M, 0, sizeof *M);
+    M->rows = m;
+    M->cols = n;
+    M->ar = A;
+    if (m && n > SIZE_MAX / m)
+        return fail(AD_ERANGE);
+    size_t mn = m * n;
+    M->shape = shape_r(m, n, A);
+    ad_tape *t = ad_recording();
+    if (!t || !any_active(mn, A))
+        return AD_OK;  /* not recorded: products read A */
+    if (mn >= AD__ID_END)
+        return fail(AD_ERANGE);
+    size_t size = sizeof(matrix) + mn * (sizeof(double) + sizeof(uint32_t));
+    size_t at = ad_block_new(t, size, (uint32_t)mn, (uint32_t)mn, 0);
+    if (at == SIZE_MAX)
+        return AD_ENOMEM;
+    matrix *B = (matrix *)ad_block_at(t, at);
+    B->base.kind = &matrix_kind;
+    B->base.ids = sizeof(matrix) + mn * sizeof(double);
+    B->rows = m;
+    B->cols = n;
+    double *v = (double *)(void *)(B + 1);
+    uint32_t *ids = (uint32_t *)(void *)((char *)B + B->base.ids);
+    for (size_t k = 0; k < mn; k++) {
+        v[k] = A[k].v;
+        ids[k] = A[k].id;
+    }
+    uint32_t first = ad_block_record(t, at);
+    if (!first)
+        return t->status;
+    B = (matrix *)ad_block_at(t, at);
+    B->first = first;
+    B->shape = M->shape;
+    M->id = first;
+    M->at = at;
+    M->recording = t->serial;
+    return AD_OK;
+}
+
+/* The recorded matrix M refers to, if it belongs to the recording t. */
+static const matrix *matrix_of(const ad_tape *t, const ad_mat *M)
+{
+    if (M->recording != t->serial || M->at > t->blocks_len ||
+        t->blocks_len - M->at < sizeof(matrix))
+        return NULL;
+    const matrix *B = (const matrix *)ad_block_at(t, M->at);
+    if (B->base.kind != &matrix_kind || B->first != M->id || B->rows != M->rows ||
+        B->cols != M->cols || B->shape != M->shape)
+        return NULL;
+    return B;
+}
+
+/* Entry k of M's values, for the products computed without a record. */
+static double entry(const ad_mat *M, size_t k)
+{
+    return M->a ? M->a[k] : M->ar[k].v;
+}
+
+static void set_nan(size_t m, ad_real *y)
+{
+    for (size_t j = 0; j < m; j++)
+        y[j] = ad_const(NAN);
+}
+
+/* y = M x recorded as one product block; x is ad_real (xr) or double (xd). */
+static void record_product(ad_tape *t, const ad_mat *M, const matrix *B, const ad_real *xr,
+                           const double *xd, ad_real *y)
+{
+    size_t m = M->rows, n = M->cols, mn = m * n;
+    int x_active = xr && any_active(n, xr);
+    size_t size = sizeof(product) + n * (sizeof(double) + (x_active ? sizeof(uint32_t) : 0));
+    size_t at = ad_block_new(t, size, (uint32_t)m, x_active ? (uint32_t)n : 0, (uint32_t)mn);
+    if (at == SIZE_MAX) {
+        set_nan(m, y);
+        return;
+    }
+    B = matrix_of(t, M);  /* the area may have moved */
+    product *p = (product *)ad_block_at(t, at);
+    p->base.kind = &product_kind;
+    p->base.ids = sizeof(product) + n * sizeof(double);
+    p->base.run = M->id;
+    p->mat = M->at;
+    p->rows = m;
+    p->cols = n;
+    p->entry0 = M->id;
+    p->shape = M->shape;
+    p->x_active = x_active;
+    double *x = (double *)(void *)(p + 1);
+    uint32_t *ids = (uint32_t *)(void *)((char *)p + p->base.ids);
+    for (size_t l = 0; l < n; l++) {
+        x[l] = xr ? xr[l].v : xd[l];
+        if (x_active)
+            ids[l] = xr[l].id;
+    }
+    /* The values wait in the work array until the outputs have IDs. */
+    double *v = t->work;
+    ad__mat_rows(m, n, M->shape, mat_values(B), x, v);
+    uint32_t first = ad_block_record(t, at);
+    for (size_t j = 0; j < m; j++) {
+        ad_real r = {first ? v[j] : NAN, first ? first + (uint32_t)j : 0};
+        y[j] = r;
+    }
+}
+
+/* Products not recorded: a constant matrix, or no recording. */
+static void plain_product(const ad_mat *M, const ad_real *xr, const double *xd, ad_real *y)
+{
+    size_t m = M->rows, n = M->cols, lo, hi;
+    for (size_t j = 0; j < m; j++) {
+        row_range(M->shape, j, n, &lo, &hi);
+        if (xr && ad_recording() && any_active(hi - lo, xr + lo)) {
+            /* constant matrix, active vector: ad_matvec's record */
+            ad__slots s = ad__slots_begin();
+            double v = 0.0;
+            size_t l = lo;
+            for (; l + 1 < hi; l += 2) {
+                double a = entry(M, j * n + l), b = entry(M, j * n + l + 1);
+                v += a * xr[l].v;
+                v += b * xr[l + 1].v;
+                s = ad__slots_put(s, xr[l].id, a, xr[l + 1].id, b);
+            }
+            if (l < hi) {
+                double a = entry(M, j * n + l);
+                v += a * xr[l].v;
+                s = ad__slots_put(s, xr[l].id, a, 0, 0.0);
+            }
+            ad_real r = {v, ad__slots_end(s, AD__NARY_LINEAR)};
+            y[j] = r;
+            continue;
+        }
+        double v = 0.0;
+        for (size_t l = lo; l < hi; l++)
+            v += entry(M, j * n + l) * (xr ? xr[l].v : xd[l]);
+        y[j] = ad_const(v);
+    }
+}
+
+static void product_of(const ad_mat *M, const ad_real *xr, const double *xd, ad_real *y)
+{
+    if (!M || (M->rows && !y) || (M->rows && M->cols && !xr && !xd)) {
+        fail(AD_EINVAL);
+        if (M && y)
+            set_nan(M->rows, y);
+        return;
+    }
+    if (!M->rows)
+        return;
+    ad_tape *t = ad_recording();
+    if (!M->id || !t) {
+        plain_product(M, xr, xd, y);
+        return;
+    }
+    const matrix *B = matrix_of(t, M);
+    if (!B) {
+        fail(AD_EFOREIGN);
+        set_nan(M->rows, y);
+        return;
+    }
+    record_product(t, M, B, xr, xd, y);
+}
+
+void ad_mat_vec_rr(const ad_mat *M, const ad_real *x, ad_real *y)
+{
+    product_of(M, x, NULL, y);
+}
+
+void ad_mat_vec_rd(const ad_mat *M, const double *x, ad_real *y)
+{
+    product_of(M, NULL, x, y);
+}
+
+void ad__mat_vec_values(const ad_mat *M, const double *x, double *y)
+{
+    if (!M || (M->rows && !y) || (M->rows && M->cols && !x)) {
+        fail(AD_EINVAL);
+        return;
+    }
+    size_t n = M->cols, lo, hi;
+    for (size_t j = 0; j < M->rows; j++) {
+        double v = 0.0;
+        row_range(M->shape, j, n, &lo, &hi);
+        for (size_t l = lo; l < hi; l++)
+            v += entry(M, j * n + l) * x[l];
+        y[j] = v;
+    }
+}

@@ -11,22 +11,27 @@
 
 #include "block.h"
 
+#define NONE SIZE_MAX
+
 typedef struct matrix {
     ad_block base;
     size_t rows, cols;
     uint32_t first;  /* ID of entry (0, 0) */
     int shape;
+    size_t last;     /* offset of the latest product with it, or NONE */
     /* then: double values[rows * cols]; uint32_t ids[rows * cols] */
 } matrix;
 
 typedef struct product {
     ad_block base;
     size_t mat;      /* offset of the matrix block */
+    size_t prev;     /* the product with the same matrix before this one, or NONE */
+    uint64_t swept;  /* the sweep that last left ybar below */
     size_t rows, cols;
     uint32_t entry0; /* the matrix's first entry ID (= base.run) */
     int shape;
     int x_active;
-    /* then: double x[cols]; uint32_t ids[cols] if x_active */
+    /* then: double x[cols], ybar[rows]; uint32_t ids[cols] if x_active */
 } product;
 
 static const double *mat_values(const matrix *A)
@@ -37,6 +42,11 @@ static const double *mat_values(const matrix *A)
 static const double *prod_x(const product *p)
 {
     return (const double *)(const void *)(p + 1);
+}
+
+static double *prod_ybar(const product *p)
+{
+    return (double *)(void *)(p + 1) + p->cols;
 }
 
 static const double *prod_a(const ad_tape *t, const product *p)
@@ -75,6 +85,34 @@ static void mat_second(const ad_tape *t, const ad_block *b, uint32_t hid, const 
     }
 }
 
+/* The products' waiting parts (prod_reverse), latest first, as they
+ * would have been added in place; then the entries' cotangents pass to
+ * A's IDs. */
+static void mat_reverse(const ad_tape *t, const ad_block *b, uint32_t hid, double *adj, size_t L,
+                        size_t lane)
+{
+    const matrix *B = (const matrix *)b;
+    size_t n = B->cols, lo, hi;
+    double *abar = adj + (size_t)(hid + 1) * L + lane;
+    for (size_t at = B->last; L == 1 && at != NONE;) {
+        const product *p = (const product *)ad_block_at(t, at);
+        at = p->prev;
+        if (p->swept != t->sweeps)  /* above this sweep's top: not reached */
+            continue;
+        const double *x = prod_x(p), *ybar = prod_ybar(p);
+        for (size_t j = 0; j < B->rows; j++) {
+            double yb = ybar[j];
+            double *row = abar + j * n;
+            row_range(B->shape, j, n, &lo, &hi);
+            for (size_t l = lo; l < hi; l++)
+                row[l] += yb * x[l];
+        }
+    }
+    const uint32_t *ids = ad_block_ids(b);
+    for (uint32_t k = 0; k < b->nout; k++)
+        adj[(size_t)ids[k] * L + lane] += abar[(size_t)k * L];
+}
+
 /* Entry k is A's entry k. */
 static void mat_reach(const ad_block *b, const unsigned char *outs, unsigned char *args)
 {
@@ -82,7 +120,8 @@ static void mat_reach(const ad_block *b, const unsigned char *outs, unsigned cha
 }
 
 static const ad_block_kind matrix_kind = {
-    .name = "matrix", .vjp = mat_vjp, .jvp = mat_jvp, .second = mat_second, .reach = mat_reach};
+    .name = "matrix", .vjp = mat_vjp, .jvp = mat_jvp, .reverse = mat_reverse, .second = mat_second,
+    .reach = mat_reach};
 
 /* ---- the product block ---- */
 
@@ -103,6 +142,12 @@ static void prod_vjp(const ad_tape *t, const ad_block *b, const double *ybar, do
     }
 }
 
+/* In a one-lane sweep the matrix's part, ybar x^T, waits: ybar is kept
+ * here, and the matrix block, which every product sits above, adds up its
+ * products' parts when the sweep reaches it, with its cotangents in cache
+ * (matrix_reverse).  Added in place per product, a matrix used by many
+ * products between others would stream its cotangents from memory each
+ * time.  x's part cannot wait: x may be computed after the matrix. */
 static void prod_reverse(const ad_tape *t, const ad_block *b, uint32_t hid, double *adj, size_t L,
                          size_t lane)
 {
@@ -110,16 +155,21 @@ static void prod_reverse(const ad_tape *t, const ad_block *b, uint32_t hid, doub
     const double *A = prod_a(t, p), *x = prod_x(p);
     size_t n = p->cols, lo, hi;
     double *xbar = t->work;
+    int later = L == 1;
+    if (later) {
+        product *kept = (product *)(void *)b;  /* the block area is not const */
+        double *ybar = prod_ybar(p);
+        for (size_t j = 0; j < p->rows; j++)
+            ybar[j] = adj[hid + 1 + j];
+        kept->swept = t->sweeps;
+    }
     if (p->x_active)
         memset(xbar, 0, n * sizeof *xbar);
     for (size_t j = 0; j < p->rows; j++) {
         double yb = adj[(size_t)(hid + 1 + j) * L + lane];
         double *abar = adj + ((size_t)p->entry0 + j * n) * L + lane;
         row_range(p->shape, j, n, &lo, &hi);
-        if (L == 1)  /* contiguous: the compiler vectorises it */
-            for (size_t l = lo; l < hi; l++)
-                abar[l] += yb * x[l];
-        else
+        if (!later)
             for (size_t l = lo; l < hi; l++)
                 abar[l * L] += yb * x[l];
         if (p->x_active)
@@ -315,6 +365,7 @@ ad_status ad_mat_record(size_t m, size_t n, const ad_real *A, ad_mat *M)
     B = (matrix *)ad_block_at(t, at);
     B->first = first;
     B->shape = M->shape;
+    B->last = NONE;
     M->id = first;
     M->at = at;
     M->recording = t->serial;
@@ -352,7 +403,7 @@ static void record_product(ad_tape *t, const ad_mat *M, const matrix *B, const a
 {
     size_t m = M->rows, n = M->cols, mn = m * n;
     int x_active = xr && any_active(n, xr);
-    size_t size = sizeof(product) + n * (sizeof(double) + (x_active ? sizeof(uint32_t) : 0));
+    size_t size = sizeof(product) + (n + m) * sizeof(double) + (x_active ? n * sizeof(uint32_t) : 0);
     size_t at = ad_block_new(t, size, (uint32_t)m, x_active ? (uint32_t)n : 0, (uint32_t)mn);
     if (at == SIZE_MAX) {
         set_nan(m, y);
@@ -361,9 +412,12 @@ static void record_product(ad_tape *t, const ad_mat *M, const matrix *B, const a
     B = matrix_of(t, M);  /* the area may have moved */
     product *p = (product *)ad_block_at(t, at);
     p->base.kind = &product_kind;
-    p->base.ids = sizeof(product) + n * sizeof(double);
+    p->base.ids = sizeof(product) + (n + m) * sizeof(double);
     p->base.run = M->id;
     p->mat = M->at;
+    p->prev = B->last;
+    p->swept = 0;
+    ((matrix *)ad_block_at(t, M->at))->last = at;
     p->rows = m;
     p->cols = n;
     p->entry0 = M->id;

@@ -96,8 +96,9 @@ AD_INLINE void sweep(const ad_tape *t, double *adj, uint32_t top, const size_t L
     }
 }
 
-void ad_resolve(const ad_tape *t, double *adj, uint32_t top, size_t lanes)
+void ad_resolve(ad_tape *t, double *adj, uint32_t top, size_t lanes)
 {
+    t->sweeps++;
     if (lanes == 1)
         sweep(t, adj, top, 1);
     else if (lanes == 2)

@@ -59,6 +59,7 @@ typedef struct ad_tape {
      * path (cursor.end is NULL), which also writes its second partials. */
     int second;
     uint64_t serial;         /* this recording's number, unique in the process */
+    uint64_t sweeps;         /* reverse sweeps so far (matrix.c: which products a sweep reached) */
     ad__record *room_end;    /* the end of the room in the current chunk */
     ad__record *room_base;   /* the current chunk, and its aux: a record's */
     ad_aux *aux_base;        /* second partials sit at the same offset */
@@ -143,7 +144,7 @@ AD_HIDDEN void ad_fill_nan(double *p, size_t count);
  * first, each once, adding cotangent x partial into its arguments'
  * cotangents.  ad_reverse seeds output j of the last recording with w[j]
  * (1 when w is NULL), sweeps, and writes the inputs' cotangents to wj. */
-AD_HIDDEN void ad_resolve(const ad_tape *t, double *adj, uint32_t top, size_t lanes);
+AD_HIDDEN void ad_resolve(ad_tape *t, double *adj, uint32_t top, size_t lanes);
 AD_HIDDEN ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj);
 
 /* Test hook (sparse.c): resolve sparse rows with the uthash map even when

@@ -54,37 +54,37 @@ static inline void ad__mat_row_range(int shape, size_t j, size_t n, size_t *lo, 
     *hi = shape == AD__LOWER ? (j + 1 < n ? j + 1 : n) : n;
 }
 
-/* y = A x over the shape, A row-major m x n.  Rows go four at a time, so
+/* y = A x over the shape, A row-major m x n.  Rows go eight at a time, so
  * that their sums run side by side instead of as one chain of dependent
  * adds; each row still adds its terms in column order, so every y[j] is
  * bitwise the one-row-at-a-time sum. */
+#define AD__MAT_GROUP 8
 static inline void ad__mat_rows(size_t m, size_t n, int shape, const double *A, const double *x,
                                 double *y)
 {
     size_t j = 0;
-    for (; j + 4 <= m; j += 4) {
-        size_t lo[4], hi[4], clo = 0, chi = n;
-        for (int r = 0; r < 4; r++) {
+    for (; j + AD__MAT_GROUP <= m; j += AD__MAT_GROUP) {
+        size_t lo[AD__MAT_GROUP], hi[AD__MAT_GROUP], clo = 0, chi = n;
+        for (int r = 0; r < AD__MAT_GROUP; r++) {
             ad__mat_row_range(shape, j + r, n, &lo[r], &hi[r]);
             clo = lo[r] > clo ? lo[r] : clo;
             chi = hi[r] < chi ? hi[r] : chi;
         }
         if (clo > chi)
             break;  /* no common stretch: one row at a time below */
-        const double *a0 = A + j * n, *a1 = a0 + n, *a2 = a1 + n, *a3 = a2 + n;
-        double s[4] = {0.0, 0.0, 0.0, 0.0};
-        for (int r = 0; r < 4; r++)
+        double s[AD__MAT_GROUP];
+        for (int r = 0; r < AD__MAT_GROUP; r++) {
+            s[r] = 0.0;
             for (size_t l = lo[r]; l < clo; l++)
                 s[r] += A[(j + r) * n + l] * x[l];
-        double s0 = s[0], s1 = s[1], s2 = s[2], s3 = s[3];
-        for (size_t l = clo; l < chi; l++) {
-            s0 += a0[l] * x[l];
-            s1 += a1[l] * x[l];
-            s2 += a2[l] * x[l];
-            s3 += a3[l] * x[l];
         }
-        s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
-        for (int r = 0; r < 4; r++) {
+        const double *a = A + j * n;
+        for (size_t l = clo; l < chi; l++) {
+            double xl = x[l];
+            for (int r = 0; r < AD__MAT_GROUP; r++)
+                s[r] += a[r * n + l] * xl;
+        }
+        for (int r = 0; r < AD__MAT_GROUP; r++) {
             for (size_t l = chi; l < hi[r]; l++)
                 s[r] += A[(j + r) * n + l] * x[l];
             y[j + r] = s[r];

@@ -35,7 +35,17 @@ AD_INLINE void apply2(const ad__record *r, ad_aux h, const double *tan, double *
     double wda[AD_LANES], wdb[AD_LANES];
     /* A zero second partial adds nothing, even against a NaN or Inf
      * tangent (sqrt(x0) + x1^2 at x0 = 0 along x1): the partial does not
-     * depend on that argument. */
+     * depend on that argument.  Linear records, the commonest, have no
+     * second partials at all: their tangents' cotangents are zd w. */
+    if (h.aa == 0.0 && h.ab == 0.0 && h.bb == 0.0) {
+        adj[r->a] += z * r->wa;
+        adj[r->b] += z * r->wb;
+        for (size_t l = 0; l < L; l++) {
+            adjd[(size_t)r->a * L + l] += zd[l] * r->wa;
+            adjd[(size_t)r->b * L + l] += zd[l] * r->wb;
+        }
+        return;
+    }
     for (size_t l = 0; l < L; l++) {
         double aa = h.aa != 0.0 ? h.aa * ta[l] : 0.0, bb = h.bb != 0.0 ? h.bb * tb[l] : 0.0;
         double ab_a = h.ab != 0.0 ? h.ab * ta[l] : 0.0, ab_b = h.ab != 0.0 ? h.ab * tb[l] : 0.0;

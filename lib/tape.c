@@ -190,8 +190,11 @@ ad_status ad_tape_reserve_adjoints(ad_tape *t, uint32_t top)
     return ad_reserve((void **)&t->adj, &t->adj_cap, (size_t)top + 1, sizeof *t->adj);
 }
 
-uint32_t ad__push_slow(ad__cursor *c, uint32_t a, double wa, uint32_t b, double wb, int op,
-                       double x, double y, double v)
+/* Everything but a second-order record with room: a new chunk, the idle
+ * thread, a failed recording, a full chunk in first-order mode.  Kept out
+ * of ad__push_slow so that its common path saves no registers. */
+static AD_NOINLINE uint32_t push_rare(ad__cursor *c, uint32_t a, double wa, uint32_t b, double wb,
+                                      int op, double x, double y, double v)
 {
     if (c == &idle_cursor)
         return 0;
@@ -204,8 +207,16 @@ uint32_t ad__push_slow(ad__cursor *c, uint32_t a, double wa, uint32_t b, double 
         t->cursor.cur = t->cursor.end = NULL;
         return 0;
     }
-    if (!t->second)
-        return ad__push_op(a, wa, b, wb, op, x, y, v);
+    /* Room now: first order takes the fast path, second order comes back. */
+    return ad__push_op(a, wa, b, wb, op, x, y, v);
+}
+
+uint32_t ad__push_slow(ad__cursor *c, uint32_t a, double wa, uint32_t b, double wb, int op,
+                       double x, double y, double v)
+{
+    ad_tape *t = (ad_tape *)c;
+    if (c == &idle_cursor || !t->second || t->status != AD_OK || c->cur == t->room_end)
+        return push_rare(c, a, wa, b, wb, op, x, y, v);
     ad__record *r = t->cursor.cur;
     r->a = a;
     r->b = b;

@@ -15,8 +15,10 @@
  * arguments (lane counts, the sparse store) must really be inlined. */
 #if defined(__GNUC__) || defined(__clang__)
 #define AD_INLINE static inline __attribute__((always_inline))
+#define AD_NOINLINE __attribute__((noinline))
 #else
 #define AD_INLINE static inline
+#define AD_NOINLINE
 #endif
 
 #define AD_CHUNK_BITS 16

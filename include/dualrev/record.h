@@ -36,18 +36,19 @@ typedef struct ad__record {
  * header's ID is the result's.  The run's own IDs are never referenced. */
 #define AD__NARY UINT32_C(0xFFFFFFFF)
 
-/* A block record (lib/block.h: external functions) has several outputs and
- * keeps its data beside the tape: a header slot {a = number of outputs,
- * b = AD__BLOCK, wa = the data's offset}, then one slot per output
- * {a = distance back to the header, b = AD__OUT}, whose IDs are the
- * outputs'. */
+/* A block record (lib/block.h: external functions, recorded matrices) has
+ * several outputs and keeps its data beside the tape: a header slot
+ * {a = number of outputs, b = AD__BLOCK, wa = the data's offset}, then one
+ * slot per output {a = distance back to the header, b = AD__OUT}, whose IDs
+ * are the outputs'. */
 #define AD__BLOCK UINT32_C(0xFFFFFFFE)
 #define AD__OUT UINT32_C(0xFFFFFFFD)
 
 /* The part of a tape the forward pass touches.  [cur, end) is the free room in
  * the current chunk; next is the ID the next record receives.  When no
- * recording is active, or after an error, cur == end == NULL, so the one
- * bounds check below also routes those cases to the slow path. */
+ * recording is active, or after an error, cur == end == NULL, and in a
+ * second-order recording end is NULL, so the one bounds check below also
+ * routes those cases to the slow path. */
 typedef struct ad__cursor {
     ad__record *cur, *end;
     uint64_t next;   /* 64-bit: a uint32_t could alias the records' argument IDs, forcing a reload per record */

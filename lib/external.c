@@ -43,21 +43,12 @@ static void ext_jvp(const ad_tape *t, const ad_block *b, const double *xdot, dou
 static const ad_block_kind with_jvp = {.name = "external", .vjp = ext_vjp, .jvp = ext_jvp};
 static const ad_block_kind without_jvp = {.name = "external (no jvp)", .vjp = ext_vjp};
 
-static void set_nan(size_t m, ad_real *y)
-{
-    for (size_t j = 0; y && j < m; j++)
-        y[j] = ad_const(NAN);
-}
-
-/* Keeps the error in the recording, if there is one, so that its caller
+/* The error is kept in the recording, if there is one, so that its caller
  * reports it rather than a gradient that silently lacks this function. */
 static ad_status fail(ad_status s, size_t m, ad_real *y)
 {
-    ad_tape *t = ad_recording();
-    if (t)
-        ad_tape_fail(t, s);
-    set_nan(m, y);
-    return s;
+    ad_fill_nan_reals(y, m);
+    return ad_fail_recording(s);
 }
 
 /* Not recorded: the primal alone, on copies of the values. */
@@ -78,21 +69,13 @@ static ad_status run_plain(const ad_rule *rule, void *ctx, size_t n, const ad_re
     return AD_OK;
 }
 
-static int any_active(size_t n, const ad_real *x)
-{
-    for (size_t i = 0; i < n; i++)
-        if (x[i].id)
-            return 1;
-    return 0;
-}
-
 ad_status ad_external(const ad_rule *rule, void *ctx, size_t n, const ad_real *x, size_t m,
                       ad_real *y)
 {
     if (!rule || !rule->primal || !rule->vjp || (n && !x) || (m && !y))
         return fail(AD_EINVAL, m, y);
     ad_tape *t = ad_recording();
-    if (!t || !any_active(n, x) || m == 0)
+    if (!t || !ad_any_active(n, x) || m == 0)
         return run_plain(rule, ctx, n, x, m, y);
     if (n >= AD__ID_END || m >= AD__ID_END ||
         n + m > (SIZE_MAX - sizeof(external)) / (sizeof(double) + sizeof(uint32_t)))

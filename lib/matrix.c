@@ -299,26 +299,10 @@ static int shape_d(size_t m, size_t n, const double *A)
     return shape;
 }
 
-static int any_active(size_t n, const ad_real *x)
-{
-    for (size_t i = 0; i < n; i++)
-        if (x[i].id)
-            return 1;
-    return 0;
-}
-
-static ad_status fail(ad_status s)
-{
-    ad_tape *t = ad_recording();
-    if (t)
-        ad_tape_fail(t, s);
-    return s;
-}
-
 ad_status ad_mat_wrap(size_t m, size_t n, const double *A, ad_mat *M)
 {
     if (!M || (m && n && !A))
-        return fail(AD_EINVAL);
+        return ad_fail_recording(AD_EINVAL);
     memset(M, 0, sizeof *M);
     M->rows = m;
     M->cols = n;
@@ -330,20 +314,20 @@ ad_status ad_mat_wrap(size_t m, size_t n, const double *A, ad_mat *M)
 ad_status ad_mat_record(size_t m, size_t n, const ad_real *A, ad_mat *M)
 {
     if (!M || (m && n && !A))
-        return fail(AD_EINVAL);
+        return ad_fail_recording(AD_EINVAL);
     memset(M, 0, sizeof *M);
     M->rows = m;
     M->cols = n;
     M->ar = A;
     if (m && n > SIZE_MAX / m)
-        return fail(AD_ERANGE);
+        return ad_fail_recording(AD_ERANGE);
     size_t mn = m * n;
     M->shape = shape_r(m, n, A);
     ad_tape *t = ad_recording();
-    if (!t || !any_active(mn, A))
+    if (!t || !ad_any_active(mn, A))
         return AD_OK;  /* not recorded: products read A */
     if (mn >= AD__ID_END)
-        return fail(AD_ERANGE);
+        return ad_fail_recording(AD_ERANGE);
     size_t size = sizeof(matrix) + mn * (sizeof(double) + sizeof(uint32_t));
     size_t at = ad_block_new(t, size, (uint32_t)mn, (uint32_t)mn, 0);
     if (at == SIZE_MAX)
@@ -391,22 +375,16 @@ static double entry(const ad_mat *M, size_t k)
     return M->a ? M->a[k] : M->ar[k].v;
 }
 
-static void set_nan(size_t m, ad_real *y)
-{
-    for (size_t j = 0; j < m; j++)
-        y[j] = ad_const(NAN);
-}
-
 /* y = M x recorded as one product block; x is ad_real (xr) or double (xd). */
 static void record_product(ad_tape *t, const ad_mat *M, const matrix *B, const ad_real *xr,
                            const double *xd, ad_real *y)
 {
     size_t m = M->rows, n = M->cols, mn = m * n;
-    int x_active = xr && any_active(n, xr);
+    int x_active = xr && ad_any_active(n, xr);
     size_t size = sizeof(product) + (n + m) * sizeof(double) + (x_active ? n * sizeof(uint32_t) : 0);
     size_t at = ad_block_new(t, size, (uint32_t)m, x_active ? (uint32_t)n : 0, (uint32_t)mn);
     if (at == SIZE_MAX) {
-        set_nan(m, y);
+        ad_fill_nan_reals(y, m);
         return;
     }
     B = matrix_of(t, M);  /* the area may have moved */
@@ -446,7 +424,7 @@ static void plain_product(const ad_mat *M, const ad_real *xr, const double *xd, 
     size_t m = M->rows, n = M->cols, lo, hi;
     for (size_t j = 0; j < m; j++) {
         row_range(M->shape, j, n, &lo, &hi);
-        if (xr && ad_recording() && any_active(hi - lo, xr + lo)) {
+        if (xr && ad_recording() && ad_any_active(hi - lo, xr + lo)) {
             /* constant matrix, active vector: ad_matvec's record */
             ad__slots s = ad__slots_begin();
             double v = 0.0;
@@ -476,9 +454,9 @@ static void plain_product(const ad_mat *M, const ad_real *xr, const double *xd, 
 static void product_of(const ad_mat *M, const ad_real *xr, const double *xd, ad_real *y)
 {
     if (!M || (M->rows && !y) || (M->rows && M->cols && !xr && !xd)) {
-        fail(AD_EINVAL);
-        if (M && y)
-            set_nan(M->rows, y);
+        ad_fail_recording(AD_EINVAL);
+        if (M)
+            ad_fill_nan_reals(y, M->rows);
         return;
     }
     if (!M->rows)
@@ -490,8 +468,8 @@ static void product_of(const ad_mat *M, const ad_real *xr, const double *xd, ad_
     }
     const matrix *B = matrix_of(t, M);
     if (!B) {
-        fail(AD_EFOREIGN);
-        set_nan(M->rows, y);
+        ad_fail_recording(AD_EFOREIGN);
+        ad_fill_nan_reals(y, M->rows);
         return;
     }
     record_product(t, M, B, xr, xd, y);
@@ -510,7 +488,7 @@ void ad_mat_vec_rd(const ad_mat *M, const double *x, ad_real *y)
 void ad__mat_vec_values(const ad_mat *M, const double *x, double *y)
 {
     if (!M || (M->rows && !y) || (M->rows && M->cols && !x)) {
-        fail(AD_EINVAL);
+        ad_fail_recording(AD_EINVAL);
         return;
     }
     size_t n = M->cols, lo, hi;

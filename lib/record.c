@@ -110,3 +110,10 @@ void ad_fill_nan(double *p, size_t count)
         for (size_t i = 0; i < count; i++)
             p[i] = NAN;
 }
+
+void ad_fill_nan_reals(ad_real *p, size_t count)
+{
+    if (p)
+        for (size_t i = 0; i < count; i++)
+            p[i] = ad_const(NAN);
+}

@@ -70,19 +70,11 @@ static uint32_t record(ad_tape *t, size_t n, const ad_real *x, const double *w, 
     return id;
 }
 
-static int any_active(size_t n, const ad_real *x)
-{
-    for (size_t i = 0; i < n; i++)
-        if (x[i].id)
-            return 1;
-    return 0;
-}
-
 ad_real ad_prod_r(size_t n, const ad_real *x)
 {
     ad_real r = {1.0, 0};
     ad_tape *t = ad_recording();
-    double *w = t && any_active(n, x) ? scratch(t, n) : NULL;
+    double *w = t && ad_any_active(n, x) ? scratch(t, n) : NULL;
     if (!w) {
         for (size_t i = 0; i < n; i++)
             r.v *= x[i].v;
@@ -156,7 +148,7 @@ ad_real ad_logsumexp_r(size_t n, const ad_real *x)
 {
     ad_real r = {max_r(n, x), 0};
     ad_tape *t = ad_recording();
-    double *w = t && any_active(n, x) ? scratch(t, n) : NULL;
+    double *w = t && ad_any_active(n, x) ? scratch(t, n) : NULL;
     if (!isfinite(r.v)) {
         for (size_t i = 0; w && i < n; i++)
             w[i] = NAN;

@@ -204,7 +204,7 @@ static AD_NOINLINE uint32_t push_rare(ad__cursor *c, uint32_t a, double wa, uint
     if (t->status != AD_OK) {
         /* Record nothing more: the objective runs on to completion with
          * constants, and ad_gradient reports the status. */
-        t->cursor.cur = t->cursor.end = NULL;
+        ad_tape_fail(t, t->status);
         return 0;
     }
     /* Room now: first order takes the fast path, second order comes back. */
@@ -296,6 +296,14 @@ void ad_tape_fail(ad_tape *t, ad_status s)
     t->cursor.cur = t->cursor.end = NULL;
 }
 
+ad_status ad_fail_recording(ad_status s)
+{
+    ad_tape *t = ad_recording();
+    if (t)
+        ad_tape_fail(t, s);
+    return s;
+}
+
 ad__slots ad__slots_more(ad__slots s)
 {
     ad__slots none = {NULL, NULL, s.count, s.any, 1};
@@ -312,9 +320,9 @@ ad__slots ad__slots_more(ad__slots s)
     if (s.cur)
         commit(t, s);
     if (t->cursor.cur == t->room_end) {
-        t->status = open_chunk(t);
-        if (t->status != AD_OK) {
-            t->cursor.cur = t->cursor.end = NULL;
+        ad_status st = open_chunk(t);
+        if (st != AD_OK) {
+            ad_tape_fail(t, st);
             return none;
         }
     }

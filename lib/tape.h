@@ -108,6 +108,19 @@ AD_HIDDEN ad_tape *ad_recording(void);
  * caller reports s. */
 AD_HIDDEN void ad_tape_fail(ad_tape *t, ad_status s);
 
+/* The same for the recording active on this thread, if there is one, so
+ * that a primitive's error reaches the recording's caller; returns s. */
+AD_HIDDEN ad_status ad_fail_recording(ad_status s);
+
+/* Whether any of x[0..n) is active (not a constant). */
+static inline int ad_any_active(size_t n, const ad_real *x)
+{
+    for (size_t i = 0; i < n; i++)
+        if (x[i].id)
+            return 1;
+    return 0;
+}
+
 /* The second partials of the record at `id`, in a second-order recording. */
 static inline ad_aux *ad_tape_aux(const ad_tape *t, uint32_t id)
 {
@@ -136,6 +149,7 @@ AD_HIDDEN uint32_t ad_outputs_top(const ad_tape *t, size_t m);
 AD_HIDDEN uint32_t ad_outputs_top_of(const ad_tape *t, size_t from, size_t count);
 AD_HIDDEN void ad_read_outputs(const ad_tape *t, size_t m, double *y);
 AD_HIDDEN void ad_fill_nan(double *p, size_t count);
+AD_HIDDEN void ad_fill_nan_reals(ad_real *p, size_t count);
 
 /* Sweeps carry up to AD_LANES cotangents or tangents per ID side by side
  * (array[id * lanes + lane], lanes 1, 2 or AD_LANES), so that a block of

@@ -17,14 +17,13 @@
  * operations. */
 #define _POSIX_C_SOURCE 200809L
 
-#include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "workers.h"
 #include "../lib/tape.h"  /* test hooks: ad_test_fail_alloc_after, ad_test_sparse_force_hash */
 
 /* ======================================================================
@@ -1265,30 +1264,13 @@ static void test_many_externals_in_one_tape(void **state)
  * 6. Threads
  * ====================================================================== */
 
-#define THREADS 4
 #define ROUNDS 200
-
-typedef struct worker {
-    int index;
-    atomic_int *ready;
-    int failures;
-    char first_failure[200];
-} worker;
-
-static void report(worker *w, const char *what, int round, double got, double want)
-{
-    if (w->failures++ == 0)
-        snprintf(w->first_failure, sizeof w->first_failure,
-                 "thread %d, round %d: %s = %.17g, expected %.17g", w->index, round, what, got, want);
-}
 
 static void *work(void *arg)
 {
     worker *w = arg;
     uint64_t rng = 0x7700 + (uint64_t)w->index;
-    atomic_fetch_add(w->ready, 1);
-    while (atomic_load(w->ready) < THREADS)  /* start together */
-        sched_yield();
+    worker_start(w);
     for (int round = 0; round < ROUNDS; round++) {
         composed k;
         double z[4], g[4], gw[4], fx, scale = 0.0;
@@ -1296,7 +1278,7 @@ static void *work(void *arg)
         fill_uniform(&rng, z, 4, -1.0, 1.0);
         ad_status s = ad_gradient(composed_ad, &k, 4, z, &fx, g);
         if (s != AD_OK || k.status != AD_OK) {
-            report(w, "status", round, (double)s, (double)k.status);
+            worker_report(w, "status", round, (double)s, (double)k.status);
             continue;
         }
         composed_grad(z, gw);
@@ -1304,12 +1286,12 @@ static void *work(void *arg)
             scale = fmax(scale, fabs(gw[i]));
         for (int i = 0; i < 4; i++)
             if (!(fabs(g[i] - gw[i]) <= 1e-12 * fabs(gw[i]) + 1e-13 * scale))
-                report(w, "grad", round, g[i], gw[i]);
+                worker_report(w, "grad", round, g[i], gw[i]);
         ext *all[3] = {&k.a, &k.b, &k.c};
         for (int e = 0; e < 3; e++)
             if (all[e]->bad_size || all[e]->bad_xbar || all[e]->bad_y || all[e]->vjp_calls != 1 ||
                 all[e]->primal_calls != 1)
-                report(w, "rule check", round, (double)e, 0.0);
+                worker_report(w, "rule check", round, (double)e, 0.0);
 
         /* Rules that record on this thread's tapes themselves. */
         if (round % 3 == 0) {
@@ -1319,10 +1301,10 @@ static void *work(void *arg)
             s = ad_gradient(nested_objective, &ns, 3, z, &f3, g3);
             nested_grad(z, gw3);
             if (s != AD_OK || ns.status != AD_OK || ns.e.bad_nested)
-                report(w, "nested status", round, (double)s, (double)ns.e.bad_nested);
+                worker_report(w, "nested status", round, (double)s, (double)ns.e.bad_nested);
             for (int i = 0; i < 3; i++)
                 if (!(fabs(g3[i] - gw3[i]) <= 1e-14 * fabs(gw3[i]) + 1e-15))
-                    report(w, "nested grad", round, g3[i], gw3[i]);
+                    worker_report(w, "nested grad", round, g3[i], gw3[i]);
         }
 
         /* And a Jacobian through a map without a jvp rule, n < m. */
@@ -1332,33 +1314,18 @@ static void *work(void *arg)
         s = ad_jacobian(single_f, &one, 1, &x1, 3, y, J);
         single_want(MAP_C, &x1, yw, Jw);
         if (s != AD_OK)
-            report(w, "jacobian status", round, (double)s, 0.0);
+            worker_report(w, "jacobian status", round, (double)s, 0.0);
         for (int j = 0; j < 3; j++)
             if (!(fabs(J[j] - Jw[j]) <= 1e-13 * fabs(Jw[j]) + 1e-15))
-                report(w, "jacobian", round, J[j], Jw[j]);
+                worker_report(w, "jacobian", round, J[j], Jw[j]);
     }
     return NULL;
 }
 
 static void test_threads(void **state)
 {
-    static worker workers[THREADS];
-    atomic_int ready = 0;
-    pthread_t t[THREADS];
     (void)state;
-    for (int i = 0; i < THREADS; i++) {
-        workers[i].index = i;
-        workers[i].ready = &ready;
-        workers[i].failures = 0;
-        assert_int_equal(pthread_create(&t[i], NULL, work, &workers[i]), 0);
-    }
-    for (int i = 0; i < THREADS; i++)
-        assert_int_equal(pthread_join(t[i], NULL), 0);
-    for (int i = 0; i < THREADS; i++) {
-        if (workers[i].failures)
-            print_error("%d failures, first: %s\n", workers[i].failures, workers[i].first_failure);
-        assert_int_equal(workers[i].failures, 0);
-    }
+    run_workers(work);
     assert_int_equal(atomic_load(&bad_ctx), 0);
 }
 

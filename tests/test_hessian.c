@@ -35,14 +35,12 @@
  * to ~1e-15) with ample slack, while a wrong formula is off by O(1). */
 #define _POSIX_C_SOURCE 200809L
 
-#include <pthread.h>
-#include <sched.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "workers.h"
 #include "ops_list.h"
 #include "../lib/alloc.h"  /* ad_test_fail_alloc_after */
 
@@ -1878,16 +1876,8 @@ static void test_alloc_failure(void **state)
  * 8. Threads, and first-order calls after second-order ones
  * ====================================================================== */
 
-#define THREADS 4
 #define ROUNDS 40
 #define BIG_ROSEN 30000  /* about 150,000 records: three chunks */
-
-typedef struct worker {
-    int index;
-    atomic_int *ready;
-    int failures;
-    char first_failure[200];
-} worker;
 
 /* H v of Rosenbrock's tridiagonal Hessian, row by row, against hv; each
  * entry within 16 ulp of the magnitude of its terms. */
@@ -1918,13 +1908,6 @@ static int rosenbrock_hv_matches(size_t n, const double *x, const double *v, con
     return 1;
 }
 
-static void worker_fails(worker *w, int round, const char *what)
-{
-    if (w->failures++ == 0)
-        snprintf(w->first_failure, sizeof w->first_failure, "thread %d round %d: %s", w->index,
-                 round, what);
-}
-
 /* A Hessian of Rosenbrock (small n) and a Hessian-vector product (the last
  * round: a tape of three chunks), both against the closed form. */
 static void worker_round(worker *w, int round)
@@ -1939,7 +1922,7 @@ static void worker_round(worker *w, int round)
     char msg[160];
     ad_status s;
     if (!x || !g || !v || !hv || !H || !want || !scale) {
-        worker_fails(w, round, "out of memory");
+        worker_fail(w, "round %d: %s", round, "out of memory");
     } else {
         for (size_t i = 0; i < n; i++) {
             x[i] = rng_uniform(&rng, -2.0, 2.0);
@@ -1948,15 +1931,15 @@ static void worker_round(worker *w, int round)
         if (!big) {
             s = ad_hessian(rosenbrock, NULL, n, x, &fx, g, H);
             if (s != AD_OK)
-                worker_fails(w, round, ad_strerror(s));
+                worker_fail(w, "round %d: %s", round, ad_strerror(s));
             else if (!rosenbrock_matches(n, x, H, want, scale, msg, sizeof msg))
-                worker_fails(w, round, msg);
+                worker_fail(w, "round %d: %s", round, msg);
         }
         s = ad_hvp(rosenbrock, NULL, n, x, v, &fx, g, hv);
         if (s != AD_OK)
-            worker_fails(w, round, ad_strerror(s));
+            worker_fail(w, "round %d: %s", round, ad_strerror(s));
         else if (!rosenbrock_hv_matches(n, x, v, hv, msg, sizeof msg))
-            worker_fails(w, round, msg);
+            worker_fail(w, "round %d: %s", round, msg);
     }
     free(x), free(g), free(v), free(hv), free(H), free(want), free(scale);
 }
@@ -1964,9 +1947,7 @@ static void worker_round(worker *w, int round)
 static void *work(void *arg)
 {
     worker *w = arg;
-    atomic_fetch_add(w->ready, 1);
-    while (atomic_load(w->ready) < THREADS)  /* start together */
-        sched_yield();
+    worker_start(w);
     for (int round = 0; round < ROUNDS; round++)
         worker_round(w, round);
     return NULL;
@@ -1974,23 +1955,8 @@ static void *work(void *arg)
 
 static void test_threads(void **state)
 {
-    static worker workers[THREADS];
-    atomic_int ready = 0;
-    pthread_t t[THREADS];
     (void)state;
-    for (int i = 0; i < THREADS; i++) {
-        workers[i].index = i;
-        workers[i].ready = &ready;
-        workers[i].failures = 0;
-        assert_int_equal(pthread_create(&t[i], NULL, work, &workers[i]), 0);
-    }
-    for (int i = 0; i < THREADS; i++)
-        assert_int_equal(pthread_join(t[i], NULL), 0);
-    for (int i = 0; i < THREADS; i++) {
-        if (workers[i].failures)
-            print_error("%d failures, first: %s\n", workers[i].failures, workers[i].first_failure);
-        assert_int_equal(workers[i].failures, 0);
-    }
+    run_workers(work);
 }
 
 /* A lone-slot dot (first order: the slot alone; second order: with its

@@ -22,14 +22,13 @@
  * four threads at once. */
 #define _POSIX_C_SOURCE 200809L
 
-#include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "workers.h"
 #include "../lib/tape.h"  /* test hooks: ad_test_fail_alloc_after, ad_test_sparse_force_hash,
                              ad_thread_self (the block area's size) */
 
@@ -2230,31 +2229,13 @@ static void test_alloc_failure_in_recording(void **state)
  * 8. Threads, and the tape listing
  * ====================================================================== */
 
-#define THREADS 4
 #define ROUNDS 100
-
-typedef struct worker {
-    int index;
-    atomic_int *ready;
-    int failures;
-    char first_failure[200];
-} worker;
-
-static void report(worker *w, const char *what, int round, double got, double want)
-{
-    if (w->failures++ == 0)
-        snprintf(w->first_failure, sizeof w->first_failure,
-                 "thread %d, round %d: %s = %.17g, expected %.17g", w->index, round, what, got,
-                 want);
-}
 
 static void *work(void *arg)
 {
     worker *w = arg;
     uint64_t rng = 0x7e00 + (uint64_t)w->index;
-    atomic_fetch_add(w->ready, 1);
-    while (atomic_load(w->ready) < THREADS)  /* start together */
-        sched_yield();
+    worker_start(w);
     for (int round = 0; round < ROUNDS; round++) {
         double z[CH_N], g[CH_N], gu[CH_N], fx, fu, scale = 0.0;
         int small = round % 2;
@@ -2265,16 +2246,16 @@ static void *work(void *arg)
         ad_status s = ad_gradient(chain_objective, &c, n, z, &fx, g);
         ad_status su = ad_gradient(chain_objective, &u, n, z, &fu, gu);
         if (s != AD_OK || su != AD_OK || c.got != AD_OK) {
-            report(w, "status", round, (double)s, (double)c.got);
+            worker_report(w, "status", round, (double)s, (double)c.got);
             continue;
         }
         if (!(fabs(fx - fu) <= 1e-13 * fabs(fu) + 1e-14))
-            report(w, "f", round, fx, fu);
+            worker_report(w, "f", round, fx, fu);
         for (size_t i = 0; i < n; i++)
             scale = fmax(scale, fabs(gu[i]));
         for (size_t i = 0; i < n; i++)
             if (!(fabs(g[i] - gu[i]) <= 1e-12 * scale))
-                report(w, "grad", round, g[i], gu[i]);
+                worker_report(w, "grad", round, g[i], gu[i]);
         if (round % 10 == 0) {  /* and Jacobians: forward and reverse sweeps */
             chain_fn cf = {chain_make(0, small, -1), CH_M}, uf = cf;
             double J[CH_M * CH_N], Ju[CH_M * CH_N], y[CH_M];
@@ -2282,13 +2263,13 @@ static void *work(void *arg)
             s = ad_jacobian(chain_f, &cf, n, z, CH_M, y, J);
             su = ad_jacobian(chain_f, &uf, n, z, CH_M, y, Ju);
             if (s != AD_OK || su != AD_OK)
-                report(w, "jacobian status", round, (double)s, (double)su);
+                worker_report(w, "jacobian status", round, (double)s, (double)su);
             scale = 0.0;
             for (size_t k = 0; k < CH_M * n; k++)
                 scale = fmax(scale, fabs(Ju[k]));
             for (size_t k = 0; k < CH_M * n; k++)
                 if (!(fabs(J[k] - Ju[k]) <= 1e-12 * scale))
-                    report(w, "jacobian", round, J[k], Ju[k]);
+                    worker_report(w, "jacobian", round, J[k], Ju[k]);
         }
     }
     return NULL;
@@ -2296,23 +2277,8 @@ static void *work(void *arg)
 
 static void test_threads(void **state)
 {
-    static worker workers[THREADS];
-    atomic_int ready = 0;
-    pthread_t t[THREADS];
     (void)state;
-    for (int i = 0; i < THREADS; i++) {
-        workers[i].index = i;
-        workers[i].ready = &ready;
-        workers[i].failures = 0;
-        assert_int_equal(pthread_create(&t[i], NULL, work, &workers[i]), 0);
-    }
-    for (int i = 0; i < THREADS; i++)
-        assert_int_equal(pthread_join(t[i], NULL), 0);
-    for (int i = 0; i < THREADS; i++) {
-        if (workers[i].failures)
-            print_error("%d failures, first: %s\n", workers[i].failures, workers[i].first_failure);
-        assert_int_equal(workers[i].failures, 0);
-    }
+    run_workers(work);
 }
 
 /* ad_tape_dump lists both block kinds. */

@@ -42,6 +42,7 @@
 #include "check.h"
 #include "workers.h"
 #include "ops_list.h"
+#include "ops_table.h"
 #include "../lib/alloc.h"  /* ad_test_fail_alloc_after */
 
 #define RTOL 1e-8
@@ -213,37 +214,9 @@ static void check_against_fd(const char *what, ad_objective f, void *ctx, size_t
  * 2. Elementary operations against finite differences of the gradient
  * ====================================================================== */
 
-typedef struct unary_op {
-    const char *name;
-    ad_real (*ad)(ad_real);
-    double lo, hi;
-    int (*keep)(double);
-} unary_op;
-
-#define DEFINE_UNARY(op, ref, lo, hi, keep)                      \
-    static ad_real ad_of_##op(ad_real x) { return ad_##op(x); }  \
-    static const unary_op unary_##op = {#op, ad_of_##op, lo, hi, keep};
-UNARY_OPS(DEFINE_UNARY)
-
 #define UNARY_PTR(op, ...) &unary_##op,
 static const unary_op *const unary_all[] = {UNARY_OPS(UNARY_PTR)};
 #define N_UNARY (sizeof unary_all / sizeof unary_all[0])
-
-static ad_real unary_objective(const ad_real *x, size_t n, void *ctx)
-{
-    const unary_op *op = ctx;
-    (void)n;
-    return op->ad(x[0]);
-}
-
-static double draw_unary(const unary_op *op, uint64_t *rng, double lo, double hi)
-{
-    double x;
-    do
-        x = rng_uniform(rng, lo, hi);
-    while (!op->keep(x));
-    return x;
-}
 
 static void test_unary(void **state)
 {
@@ -271,52 +244,9 @@ static void test_gamma_negative(void **state)
         }
 }
 
-typedef struct binary_op {
-    const char *name;
-    ad_real (*rr)(ad_real, ad_real);
-    ad_real (*rd)(ad_real, double);
-    ad_real (*dr)(double, ad_real);
-    double alo, ahi, blo, bhi;
-    int (*keep)(double, double);
-} binary_op;
-
-#define DEFINE_BINARY(op, ref, alo, ahi, blo, bhi, keep)                        \
-    static ad_real rr_of_##op(ad_real a, ad_real b) { return ad_##op(a, b); }   \
-    static ad_real rd_of_##op(ad_real a, double b) { return ad_##op(a, b); }    \
-    static ad_real dr_of_##op(double a, ad_real b) { return ad_##op(a, b); }    \
-    static const binary_op binary_##op = {#op, rr_of_##op, rd_of_##op, dr_of_##op, \
-                                          alo, ahi, blo, bhi, keep};
-BINARY_OPS(DEFINE_BINARY)
-
 #define BINARY_PTR(op, ...) &binary_##op,
 static const binary_op *const binary_all[] = {BINARY_OPS(BINARY_PTR)};
 #define N_BINARY (sizeof binary_all / sizeof binary_all[0])
-
-typedef struct binary_point {
-    const binary_op *op;
-    double a, b;
-} binary_point;
-
-static ad_real objective_rr(const ad_real *x, size_t n, void *ctx)
-{
-    const binary_point *p = ctx;
-    (void)n;
-    return p->op->rr(x[0], x[1]);
-}
-
-static ad_real objective_rd(const ad_real *x, size_t n, void *ctx)
-{
-    const binary_point *p = ctx;
-    (void)n;
-    return p->op->rd(x[0], p->b);
-}
-
-static ad_real objective_dr(const ad_real *x, size_t n, void *ctx)
-{
-    const binary_point *p = ctx;
-    (void)n;
-    return p->op->dr(p->a, x[0]);
-}
 
 static void check_binary_at(binary_point *p, uint64_t *rng)
 {
@@ -335,10 +265,7 @@ static void test_binary(void **state)
     binary_point p = {*state, 0.0, 0.0};
     uint64_t rng = 0x5ec0d002;
     for (int i = 0; i < POINTS; i++) {
-        do {
-            p.a = rng_uniform(&rng, p.op->alo, p.op->ahi);
-            p.b = rng_uniform(&rng, p.op->blo, p.op->bhi);
-        } while (!p.op->keep(p.a, p.b));
+        draw_binary(&p, &rng);
         check_binary_at(&p, &rng);
     }
 }

@@ -9,46 +9,17 @@
  * off by O(1). */
 #include "check.h"
 #include "ops_list.h"
+#include "ops_table.h"
 
 #define POINTS 200
 #define RTOL 1e-8
 
 /* ---- unary operations ---- */
 
-typedef struct unary_op {
-    ad_real (*ad)(ad_real);        /* through the generic name */
-    double (*plain)(double);       /* the generic name with a double */
-    double (*ref)(double);         /* libm */
-    double lo, hi;
-    int (*keep)(double);
-} unary_op;
-
-#define DEFINE_UNARY(op, ref, lo, hi, keep)                           \
-    static ad_real ad_of_##op(ad_real x) { return ad_##op(x); }       \
-    static double plain_of_##op(double x) { return ad_##op(x); }      \
-    static const unary_op unary_##op = {ad_of_##op, plain_of_##op, ref, lo, hi, keep};
-UNARY_OPS(DEFINE_UNARY)
-
-static ad_real unary_objective(const ad_real *x, size_t n, void *ctx)
-{
-    const unary_op *op = ctx;
-    (void)n;
-    return op->ad(x[0]);
-}
-
 static double unary_ref(double x, const void *ctx)
 {
     const unary_op *op = ctx;
     return op->ref(x);
-}
-
-static double draw_unary(const unary_op *op, uint64_t *rng)
-{
-    double x;
-    do
-        x = rng_uniform(rng, op->lo, op->hi);
-    while (!op->keep(x));
-    return x;
 }
 
 static void check_unary_at(const unary_op *op, double x)
@@ -66,57 +37,10 @@ static void test_unary(void **state)
     const unary_op *op = *state;
     uint64_t rng = 0x5eed0001;
     for (int i = 0; i < POINTS; i++)
-        check_unary_at(op, draw_unary(op, &rng));
+        check_unary_at(op, draw_unary(op, &rng, op->lo, op->hi));
 }
 
 /* ---- binary operations ---- */
-
-typedef struct binary_op {
-    ad_real (*rr)(ad_real, ad_real);
-    ad_real (*rd)(ad_real, double);
-    ad_real (*dr)(double, ad_real);
-    double (*plain)(double, double);
-    double (*ref)(double, double);
-    double alo, ahi, blo, bhi;
-    int (*keep)(double, double);
-} binary_op;
-
-#define DEFINE_BINARY(op, ref, alo, ahi, blo, bhi, keep)                        \
-    static ad_real rr_of_##op(ad_real a, ad_real b) { return ad_##op(a, b); }   \
-    static ad_real rd_of_##op(ad_real a, double b) { return ad_##op(a, b); }    \
-    static ad_real dr_of_##op(double a, ad_real b) { return ad_##op(a, b); }    \
-    static double plain_of_##op(double a, double b) { return ad_##op(a, b); }   \
-    static const binary_op binary_##op = {rr_of_##op, rd_of_##op, dr_of_##op,  \
-        plain_of_##op, ref, alo, ahi, blo, bhi, keep};
-BINARY_OPS(DEFINE_BINARY)
-
-/* One sample point; the objectives below read the argument that is held
- * constant from here. */
-typedef struct binary_point {
-    const binary_op *op;
-    double a, b;
-} binary_point;
-
-static ad_real objective_rr(const ad_real *x, size_t n, void *ctx)
-{
-    const binary_point *p = ctx;
-    (void)n;
-    return p->op->rr(x[0], x[1]);
-}
-
-static ad_real objective_rd(const ad_real *x, size_t n, void *ctx)
-{
-    const binary_point *p = ctx;
-    (void)n;
-    return p->op->rd(x[0], p->b);
-}
-
-static ad_real objective_dr(const ad_real *x, size_t n, void *ctx)
-{
-    const binary_point *p = ctx;
-    (void)n;
-    return p->op->dr(p->a, x[0]);
-}
 
 static double ref_in_a(double a, const void *ctx)
 {
@@ -155,10 +79,7 @@ static void test_binary(void **state)
     binary_point p = {*state, 0.0, 0.0};
     uint64_t rng = 0x5eed0002;
     for (int i = 0; i < POINTS; i++) {
-        do {
-            p.a = rng_uniform(&rng, p.op->alo, p.op->ahi);
-            p.b = rng_uniform(&rng, p.op->blo, p.op->bhi);
-        } while (!p.op->keep(p.a, p.b));
+        draw_binary(&p, &rng);
         check_binary_at(&p);
     }
 }

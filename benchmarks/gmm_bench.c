@@ -303,18 +303,6 @@ static int check_versions(run *r)
 }
 
 /* ns in a unit that keeps 4 significant digits readable. */
-static const char *fmt_time(char buf[24], double ns)
-{
-    static const char *unit[] = {"ns", "us", "ms", "s"};
-    int u = 0;
-    while (u < 3 && ns >= 1e3) {
-        ns *= 1e-3;
-        u++;
-    }
-    snprintf(buf, 24, "%.4g %s", ns, unit[u]);
-    return buf;
-}
-
 static void print_row(const char *what, bench_time t, double plain_ns, const char *note)
 {
     char med[24], lo[24], hi[24];

@@ -5,21 +5,6 @@
 
 #include "report.h"
 
-const char *fmt_time(char buf[16], double ns)
-{
-    static const char *const units[] = {"ns", "us", "ms", "s"};
-    if (isnan(ns))
-        return "-";
-    int u = 0;
-    while (ns >= 1000.0 && u < 3) {
-        ns /= 1000.0;
-        u++;
-    }
-    /* Three significant digits. */
-    snprintf(buf, 16, ns < 10.0 ? "%.2f %s" : ns < 100.0 ? "%.1f %s" : "%.0f %s", ns, units[u]);
-    return buf;
-}
-
 const char *fmt_ratio(char buf[16], double num, double den)
 {
     double r = num / den;

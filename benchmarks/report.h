@@ -6,9 +6,6 @@
 
 #include "bench.h"
 
-/* ns as "850 ns", "2.21 us", "13.4 ms" (ASCII, for alignment). */
-const char *fmt_time(char buf[16], double ns);
-
 /* A ratio, or "-" when either side is missing (NaN). */
 const char *fmt_ratio(char buf[16], double num, double den);
 

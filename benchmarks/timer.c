@@ -2,6 +2,8 @@
  * enough for the clock and the scheduler, repeat, and keep the median, which
  * one descheduled batch cannot move. */
 #define _POSIX_C_SOURCE 199309L
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -63,4 +65,19 @@ bench_time bench_measure(const bench_plan *plan, bench_body body, void *ctx)
     r.median_ns = reps % 2 ? samples[reps / 2]
                            : 0.5 * (samples[reps / 2 - 1] + samples[reps / 2]);
     return r;
+}
+
+const char *fmt_time(char buf[16], double ns)
+{
+    static const char *const units[] = {"ns", "us", "ms", "s"};
+    if (isnan(ns))
+        return "-";
+    int u = 0;
+    while (ns >= 1000.0 && u < 3) {
+        ns /= 1000.0;
+        u++;
+    }
+    /* Three significant digits. */
+    snprintf(buf, 16, ns < 10.0 ? "%.2f %s" : ns < 100.0 ? "%.1f %s" : "%.0f %s", ns, units[u]);
+    return buf;
 }

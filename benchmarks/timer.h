@@ -21,6 +21,10 @@ bench_time bench_measure(const bench_plan *plan, bench_body body, void *ctx);
 
 double bench_now_ns(void);
 
+/* ns as "850 ns", "2.21 us", "13.4 ms" (ASCII, for alignment); "-" when
+ * missing (NaN). */
+const char *fmt_time(char buf[16], double ns);
+
 /* Makes the compiler assume that memory, p's target included, was read and
  * changed here: a loop that re-evaluates the same function of the same
  * inputs cannot then be folded into one evaluation. */

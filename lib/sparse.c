@@ -234,24 +234,15 @@ AD_INLINE void stage(row_state *rs, uint32_t id, double c, const int hashed)
     }
 }
 
-/* The row's cotangent of id so far: 0 where the row has not reached it. */
-AD_INLINE double peek(row_state *rs, uint32_t id, const int hashed)
+/* The row's cotangent slot of id, or NULL where the row has not reached
+ * it (slot() without making one). */
+AD_INLINE double *reached(row_state *rs, uint32_t id, const int hashed)
 {
     if (!hashed)
-        return rs->stamp[id] == rs->epoch ? rs->val[id] : 0.0;
+        return rs->stamp[id] == rs->epoch ? &rs->val[id] : NULL;
     pend_entry *e;
     HASH_FIND(hh, rs->map, &id, sizeof(uint32_t), e);
-    return e ? e->val : 0.0;
-}
-
-/* Whether the row has reached id. */
-AD_INLINE int reached(row_state *rs, uint32_t id, const int hashed)
-{
-    if (!hashed)
-        return rs->stamp[id] == rs->epoch;
-    pend_entry *e;
-    HASH_FIND(hh, rs->map, &id, sizeof(uint32_t), e);
-    return e != NULL;
+    return e ? &e->val : NULL;
 }
 
 /* A block's outputs sit above its header, so when the header comes up
@@ -263,19 +254,18 @@ AD_INLINE void expand_block(row_state *rs, const ad__record *r, uint32_t id, con
 {
     const ad_block *b = ad_block_of(rs->t, r);
     double *ybar = ad_block_ybar(rs->t);
-    for (uint32_t j = 0; j < b->nout; j++)
-        ybar[j] = peek(rs, id + 1 + j, hashed);
+    unsigned char *outs = ad_block_flags(rs->t), *args = outs + b->nout;
+    for (uint32_t j = 0; j < b->nout; j++) {
+        const double *v = reached(rs, id + 1 + j, hashed);
+        ybar[j] = v ? *v : 0.0;
+        outs[j] = v != NULL;
+    }
     const double *xbar = ad_block_pullback(rs->t, b, ybar);
     const uint32_t *ids = ad_block_ids(b);
-    unsigned char *outs = ad_block_flags(rs->t), *args = outs + b->nout;
     size_t nx = (size_t)b->nargs + b->run_len;
-    memset(args, 1, nx);
-    if (b->kind->reach) {
-        for (uint32_t j = 0; j < b->nout; j++)
-            outs[j] = reached(rs, id + 1 + j, hashed);
-        memset(args, 0, nx);
+    memset(args, !b->kind->reach, nx);
+    if (b->kind->reach)
         b->kind->reach(b, outs, args);
-    }
     for (uint32_t k = 0; k < b->nargs; k++)
         if (args[k])
             stage(rs, ids[k], xbar[k], hashed);

@@ -7,12 +7,24 @@
  * row costs time in proportion to the records it reaches, not to the tape.
  * Inputs reached are the row's nonzeros: the structure comes from the tape.
  *
- * The pending set is dense by default: a value per ID, valid where a stamp
- * says it was set in this row, so nothing is cleared between rows, and the
- * pending record IDs in a two-level bitmap, whose highest bit is found with
- * a count of leading zeros.  When the dense arrays (12 bytes per ID) cannot
- * be had, a uthash map takes over, with a max-heap for the order: memory
- * that grows only with what one row reaches. */
+ * Rows go in groups of a few consecutive outputs, one lane each, which
+ * share one resolve: neighbouring outputs usually reach much the same
+ * records, and each is then expanded once for the group.  A lane mask per
+ * ID says which rows reached it, so each row keeps its own structure.
+ *
+ * Records are appended in program order, so a group reaches mostly a
+ * compact window of IDs below its highest output, plus the inputs.  The
+ * pending set is therefore in two parts:
+ *   - the window, the WINDOW IDs below the group's highest output: small
+ *     local arrays, a bit per ID for "reached", so no stamps and no
+ *     clearing beyond the bits;
+ *   - the store, for the inputs and anything below the window: dense by
+ *     default, a value per ID valid where a tag says this group set it (so
+ *     nothing is cleared between groups), and the pending IDs in a
+ *     two-level bitmap whose highest bit a count of leading zeros finds.
+ *     When its arrays (4 + 8 L bytes per ID) cannot be had, a uthash map
+ *     takes over, with a max-heap for the order: memory that grows only
+ *     with what one group reaches. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,13 +46,22 @@ void ad_test_sparse_force_hash(int on)
     force_hash = on;
 }
 
+/* Rows in a group, one lane each.  Two, because wider groups did worse on
+ * BA (ba-bench: 72.8x the plain residuals with 4, 54.0x with 2): rows that
+ * share little pay for lanes they do not use, and a mask on every step.
+ * A group's lanes fit in a tag's low bits, beside the group's number. */
+#define GROUP 2
+#define LANE_BITS 2
+#define LANE_MASK ((1u << LANE_BITS) - 1)
+_Static_assert(GROUP <= LANE_BITS, "a tag holds one bit per lane");
+
 typedef struct pend_entry {
-    uint32_t id;
-    double val;
+    uint32_t id, lanes;
+    double val[GROUP];
     UT_hash_handle hh;
 } pend_entry;
 
-/* Entries come from blocks that live for one call: a row drops its map
+/* Entries come from blocks that live for one call: a group drops its map
  * wholesale, and entries never move (uthash links them by address). */
 #define POOL_BLOCK 4096
 typedef struct pool_block {
@@ -53,39 +74,60 @@ typedef struct ids {
     size_t len, cap;
 } ids;
 
+/* IDs below a group's highest output that the window covers. */
+#define WINDOW 1024
+
+typedef struct window {
+    uint64_t bits[WINDOW / 64];    /* reached by the group */
+    uint32_t lanes[WINDOW];        /* by which lanes */
+    double val[WINDOW * GROUP];    /* L cotangents per ID */
+} window;
+
+/* What the row kernel reads on every step, in a struct of its own that is
+ * only ever a local of the kernel, so the compiler keeps it in registers:
+ * as fields of the state below, each store into the arrays (which could
+ * alias them, for all it knows) would reload them. */
+typedef struct hot {
+    ad__record *const *chunks; /* the tape's */
+    uint32_t first;            /* the tape's first record ID */
+    uint32_t n;                /* inputs: IDs 1..n */
+    unsigned full;             /* the lanes of the group's rows */
+    uint32_t epoch;            /* dense: the group's number */
+    double *val;               /* dense: L cotangents per ID */
+    uint32_t *tag;             /* dense: epoch << LANE_BITS | lanes that reached the ID */
+    uint64_t *bits, *summary;  /* dense: pending records: bit id; bit id / 64 */
+    size_t pending;            /* dense: bits set */
+    uint32_t below;            /* dense: every pending ID is <= below */
+    window *win;
+    uint32_t wlo, whi;         /* the window's IDs; wlo is UINT32_MAX without one */
+    size_t wleft;              /* window positions not yet taken: [0, wleft) */
+    size_t wmin;               /* the lowest window position reached */
+} hot;
+
 typedef struct row_state {
     const ad_tape *t;
-    uint32_t n;
-    /* dense mode */
-    double *val;
-    uint32_t *stamp;
-    uint32_t epoch;
-    uint64_t *bits, *summary;  /* pending records: bit id; bit id / 64 */
-    size_t pending;
-    uint32_t below;            /* every pending ID is <= below */
+    hot h;                     /* between groups */
     /* hash mode */
     int hashed;
     pend_entry *map;
     pool_block *blocks;
-    size_t used;           /* entries used in blocks (the head) */
-    ids heap;              /* pending record IDs, a max-heap */
-    ids cols;              /* input IDs reached by the row */
+    size_t used;               /* entries used in blocks (the head) */
+    ids heap;                  /* pending record IDs, a max-heap */
+    ids cols;                  /* input IDs reached by the group */
     ad_status status;
 } row_state;
 
 static int ids_grow(ids *v)
 {
-    {
-        size_t cap = v->cap ? 2 * v->cap : 64;
-        uint32_t *p = ad_alloc(cap * sizeof *p);
-        if (!p)
-            return 0;
-        if (v->len)
-            memcpy(p, v->p, v->len * sizeof *p);
-        ad_free(v->p);
-        v->p = p;
-        v->cap = cap;
-    }
+    size_t cap = v->cap ? 2 * v->cap : 64;
+    uint32_t *p = ad_alloc(cap * sizeof *p);
+    if (!p)
+        return 0;
+    if (v->len)
+        memcpy(p, v->p, v->len * sizeof *p);
+    ad_free(v->p);
+    v->p = p;
+    v->cap = cap;
     return 1;
 }
 
@@ -106,13 +148,29 @@ static void heap_up(uint32_t *h, size_t i)
     }
 }
 
+static uint32_t heap_pop(ids *heap)
+{
+    uint32_t *h = heap->p, top = h[0];
+    h[0] = h[--heap->len];
+    for (size_t i = 0, c; (c = 2 * i + 1) < heap->len; i = c) {
+        if (c + 1 < heap->len && h[c + 1] > h[c])
+            c++;
+        if (h[i] >= h[c])
+            break;
+        uint32_t x = h[i];
+        h[i] = h[c];
+        h[c] = x;
+    }
+    return top;
+}
+
 /* ---- the dense store's order: a two-level bitmap of pending IDs ---- */
 
-static inline void bits_set(row_state *rs, uint32_t id)
+AD_INLINE void bits_set(hot *h, uint32_t id)
 {
-    rs->bits[id >> 6] |= (uint64_t)1 << (id & 63);
-    rs->summary[id >> 12] |= (uint64_t)1 << ((id >> 6) & 63);
-    rs->pending++;
+    h->bits[id >> 6] |= (uint64_t)1 << (id & 63);
+    h->summary[id >> 12] |= (uint64_t)1 << ((id >> 6) & 63);
+    h->pending++;
 }
 
 /* Bits 0..k of a word (k < 64). */
@@ -135,41 +193,26 @@ static inline unsigned top_bit(uint64_t w)
 
 /* Takes the highest pending ID.  A gap in the tape costs one summary word
  * per 4096 IDs. */
-static uint32_t bits_pop(row_state *rs)
+AD_INLINE uint32_t bits_pop(hot *h)
 {
-    size_t w = rs->below >> 6;
-    uint64_t word = rs->bits[w] & up_to(rs->below & 63);
-    if (!word) {
+    size_t w = h->below >> 6;
+    uint64_t word = h->bits[w] & up_to(h->below & 63);
+    if (AD__UNLIKELY(!word)) {
         size_t s = w >> 6;
-        uint64_t sw = rs->summary[s] & (((uint64_t)1 << (w & 63)) - 1);
+        uint64_t sw = h->summary[s] & (((uint64_t)1 << (w & 63)) - 1);
         while (!sw)
-            sw = rs->summary[--s];
+            sw = h->summary[--s];
         w = (s << 6) + top_bit(sw);
-        word = rs->bits[w];
+        word = h->bits[w];
     }
     uint32_t id = (uint32_t)((w << 6) + top_bit(word));
-    rs->bits[w] = word & ~((uint64_t)1 << (id & 63));
-    if (!rs->bits[w])
-        rs->summary[w >> 6] &= ~((uint64_t)1 << (w & 63));
-    rs->pending--;
-    rs->below = id - 1;
+    word &= ~((uint64_t)1 << (id & 63));
+    h->bits[w] = word;
+    if (!word)
+        h->summary[w >> 6] &= ~((uint64_t)1 << (w & 63));
+    h->pending--;
+    h->below = id - 1;
     return id;
-}
-
-static uint32_t heap_pop(ids *heap)
-{
-    uint32_t *h = heap->p, top = h[0];
-    h[0] = h[--heap->len];
-    for (size_t i = 0, c; (c = 2 * i + 1) < heap->len; i = c) {
-        if (c + 1 < heap->len && h[c + 1] > h[c])
-            c++;
-        if (h[i] >= h[c])
-            break;
-        uint32_t x = h[i];
-        h[i] = h[c];
-        h[c] = x;
-    }
-    return top;
 }
 
 static pend_entry *hash_new(row_state *rs, uint32_t id)
@@ -184,49 +227,133 @@ static pend_entry *hash_new(row_state *rs, uint32_t id)
     }
     pend_entry *e = &rs->blocks->e[rs->used++];
     e->id = id;
+    e->lanes = 0;
     hash_oom = 0;
     HASH_ADD(hh, rs->map, id, sizeof(uint32_t), e);
     return hash_oom ? NULL : e;
 }
 
-/* The cotangent slot of id in this row, and whether it is new.  The row
- * functions below are inlined with `hashed` a constant, one copy per store. */
-AD_INLINE double *slot(row_state *rs, uint32_t id, int *fresh, const int hashed)
+/* ---- one ID's cell: L cotangents and the lanes that reached it ----
+ *
+ * The functions below are inlined with L and `hashed` constants, one copy
+ * per lane count and store. */
+
+typedef struct cell {
+    double *v;
+    uint32_t *lanes;  /* dense: the tag, whose low bits are the lanes */
+} cell;
+
+/* The cell of id in this group, made if new (*fresh), NULL without memory. */
+AD_INLINE cell find_cell(row_state *rs, hot *h, uint32_t id, int *fresh, const size_t L,
+                         const int hashed)
 {
     if (!hashed) {
-        *fresh = rs->stamp[id] != rs->epoch;
-        rs->stamp[id] = rs->epoch;
-        return &rs->val[id];
+        uint32_t *tag = &h->tag[id];
+        *fresh = (*tag >> LANE_BITS) != h->epoch;
+        if (*fresh)
+            *tag = h->epoch << LANE_BITS;
+        return (cell){h->val + (size_t)id * L, tag};
     }
     pend_entry *e;
     HASH_FIND(hh, rs->map, &id, sizeof(uint32_t), e);
     *fresh = !e;
     if (!e && !(e = hash_new(rs, id)))
-        return NULL;
-    return &e->val;
+        return (cell){NULL, NULL};
+    return (cell){e->val, &e->lanes};
 }
 
-/* Stage a call of record (or input) id with cotangent c. */
-AD_INLINE void stage(row_state *rs, uint32_t id, double c, const int hashed)
+/* The cell of id where the group has reached it, else {NULL}. */
+AD_INLINE cell reached(row_state *rs, const hot *h, uint32_t id, const size_t L, const int hashed)
 {
+    if (id >= h->wlo) {
+        size_t k = id - h->wlo;
+        return id <= h->whi && (h->win->bits[k >> 6] >> (k & 63) & 1)
+                   ? (cell){h->win->val + k * L, &h->win->lanes[k]}
+                   : (cell){NULL, NULL};
+    }
+    if (!hashed)
+        return h->tag[id] >> LANE_BITS == h->epoch
+                   ? (cell){h->val + (size_t)id * L, &h->tag[id]}
+                   : (cell){NULL, NULL};
+    pend_entry *e;
+    HASH_FIND(hh, rs->map, &id, sizeof(uint32_t), e);
+    return e ? (cell){e->val, &e->lanes} : (cell){NULL, NULL};
+}
+
+/* v[l] += z[l] * w for the lanes l in M, or v[l] = z[l] * w where lane l
+ * is new to the cell (not in `had`); the other lanes are left alone.  So
+ * each row gets exactly the operations of a resolve of its own: a lane
+ * outside M holds 0 in z, but 0 x Inf is NaN, and a lane's first value is
+ * set, not added to 0, which would turn a -0 into +0. */
+AD_INLINE void lanes_add(double *v, const double *z, double w, unsigned M, unsigned had,
+                         unsigned full, const size_t L)
+{
+    if (M == full && had == full) {
+        for (size_t l = 0; l < L; l++)
+            v[l] += z[l] * w;
+    } else if (M == full && !had) {
+        for (size_t l = 0; l < L; l++)
+            v[l] = z[l] * w;
+    } else {
+        for (size_t l = 0; l < L; l++)
+            if (M >> l & 1)
+                v[l] = had >> l & 1 ? v[l] + z[l] * w : z[l] * w;
+    }
+}
+
+/* Stage into window position k: no branch on whether it is new, which
+ * the window's dense runs make a coin toss. */
+AD_INLINE void window_stage(hot *h, size_t k, const double *z, double w, unsigned M, const size_t L)
+{
+    window *win = h->win;
+    uint64_t bit = (uint64_t)1 << (k & 63), word = win->bits[k >> 6];
+    unsigned had = word & bit ? win->lanes[k] : 0u;
+    win->bits[k >> 6] = word | bit;
+    win->lanes[k] = had | M;
+    lanes_add(win->val + k * L, z, w, M, had, h->full, L);
+    h->wmin = k < h->wmin ? k : h->wmin;
+}
+
+/* The highest reached window position not yet taken, through *k; 0 when
+ * there is none.  Position wmin is reached, so the search ends there. */
+AD_INLINE int window_pop(hot *h, size_t *k)
+{
+    if (h->wleft <= h->wmin)
+        return 0;
+    size_t pos = h->wleft - 1, w = pos >> 6;
+    uint64_t word = h->win->bits[w] & up_to(pos & 63);
+    while (!word)
+        word = h->win->bits[--w];
+    *k = (w << 6) + top_bit(word);
+    h->wleft = *k;
+    return 1;
+}
+
+/* Stage a call of record (or input) id with cotangents z * w, from lanes M. */
+AD_INLINE void stage(row_state *rs, hot *h, uint32_t id, const double *z, double w, unsigned M,
+                     const size_t L, const int hashed)
+{
+    if (id >= h->wlo) {
+        window_stage(h, id - h->wlo, z, w, M, L);
+        return;
+    }
     if (!id)  /* a constant */
         return;
     int fresh;
-    double *v = slot(rs, id, &fresh, hashed);
-    if (!v) {
+    cell c = find_cell(rs, h, id, &fresh, L, hashed);
+    if (!c.v) {
         rs->status = AD_ENOMEM;
         return;
     }
-    if (!fresh) {
-        *v += c;
+    lanes_add(c.v, z, w, M, *c.lanes & LANE_MASK, h->full, L);
+    *c.lanes |= M;
+    if (!fresh)
         return;
-    }
-    *v = c;
-    if (id <= rs->n) {
+    if (id <= h->n) {
         if (!ids_push(&rs->cols, id))
             rs->status = AD_ENOMEM;
     } else if (!hashed) {
-        bits_set(rs, id);
+        bits_set(h, id);
     } else if (ids_push(&rs->heap, id)) {
         heap_up(rs->heap.p, rs->heap.len - 1);
     } else {
@@ -234,63 +361,78 @@ AD_INLINE void stage(row_state *rs, uint32_t id, double c, const int hashed)
     }
 }
 
-/* The row's cotangent slot of id, or NULL where the row has not reached
- * it (slot() without making one). */
-AD_INLINE double *reached(row_state *rs, uint32_t id, const int hashed)
-{
-    if (!hashed)
-        return rs->stamp[id] == rs->epoch ? &rs->val[id] : NULL;
-    pend_entry *e;
-    HASH_FIND(hh, rs->map, &id, sizeof(uint32_t), e);
-    return e ? &e->val : NULL;
-}
-
 /* A block's outputs sit above its header, so when the header comes up
- * every output's cotangent is complete.  Each argument is staged, even
- * with a zero cotangent: the structure of a rule is every output on every
- * argument, unless its kind says which arguments the reached outputs
- * depend on. */
-AD_INLINE void expand_block(row_state *rs, const ad__record *r, uint32_t id, const int hashed)
+ * every output's cotangents are complete.  Its rule takes one lane at a
+ * time.  Each argument is staged, even with a zero cotangent: the
+ * structure of a rule is every output on every argument, unless its kind
+ * says which arguments the reached outputs depend on. */
+AD_INLINE void expand_block(row_state *rs, hot *h, const ad__record *r, uint32_t id, unsigned M,
+                            const size_t L, const int hashed)
 {
     const ad_block *b = ad_block_of(rs->t, r);
     double *ybar = ad_block_ybar(rs->t);
     unsigned char *outs = ad_block_flags(rs->t), *args = outs + b->nout;
-    for (uint32_t j = 0; j < b->nout; j++) {
-        const double *v = reached(rs, id + 1 + j, hashed);
-        ybar[j] = v ? *v : 0.0;
-        outs[j] = v != NULL;
-    }
-    const double *xbar = ad_block_pullback(rs->t, b, ybar);
     const uint32_t *ids = ad_block_ids(b);
     size_t nx = (size_t)b->nargs + b->run_len;
-    memset(args, !b->kind->reach, nx);
-    if (b->kind->reach)
-        b->kind->reach(b, outs, args);
-    for (uint32_t k = 0; k < b->nargs; k++)
-        if (args[k])
-            stage(rs, ids[k], xbar[k], hashed);
-    for (uint32_t k = 0; k < b->run_len; k++)
-        if (args[b->nargs + k])
-            stage(rs, b->run + k, xbar[b->nargs + k], hashed);
+    for (size_t l = 0; l < L; l++) {
+        if (!(M >> l & 1))
+            continue;
+        for (uint32_t j = 0; j < b->nout; j++) {
+            cell c = reached(rs, h, id + 1 + j, L, hashed);
+            outs[j] = c.v && (*c.lanes >> l & 1);
+            ybar[j] = outs[j] ? c.v[l] : 0.0;
+        }
+        const double *xbar = ad_block_pullback(rs->t, b, ybar);
+        memset(args, !b->kind->reach, nx);
+        if (b->kind->reach)
+            b->kind->reach(b, outs, args);
+        double e[GROUP] = {0};
+        for (size_t k = 0; k < nx; k++) {
+            if (!args[k])
+                continue;
+            e[l] = xbar[k];
+            stage(rs, h, k < b->nargs ? ids[k] : b->run + (uint32_t)(k - b->nargs), e, 1.0,
+                  1u << l, L, hashed);
+        }
+    }
 }
 
-AD_INLINE void expand(row_state *rs, uint32_t id, double z, const int hashed)
+AD_INLINE const ad__record *record_at(const hot *h, uint32_t id)
 {
-    const ad__record *r = ad_tape_record(rs->t, id);
+    size_t k = id - h->first;
+    return &h->chunks[k >> AD_CHUNK_BITS][k & (AD_CHUNK - 1)];
+}
+
+/* Expands record id, which lanes M reached with cotangents z. */
+AD_INLINE void expand(row_state *rs, hot *h, uint32_t id, const double *z, unsigned M,
+                      const size_t L, const int hashed)
+{
+    const ad__record *r = record_at(h, id);
     if (AD__LIKELY(r->b < AD__ID_END)) {
-        stage(rs, r->a, z * r->wa, hashed);
-        stage(rs, r->b, z * r->wb, hashed);
+        stage(rs, h, r->a, z, r->wa, M, L, hashed);
+        stage(rs, h, r->b, z, r->wb, M, L, hashed);
     } else if (r->b == AD__NARY) {
         for (uint32_t k = 1; k <= r->a; k++) {
-            const ad__record *s = ad_tape_record(rs->t, id - k);
-            stage(rs, s->a, z * s->wa, hashed);
-            stage(rs, s->b, z * s->wb, hashed);
+            const ad__record *s = record_at(h, id - k);
+            stage(rs, h, s->a, z, s->wa, M, L, hashed);
+            stage(rs, h, s->b, z, s->wb, M, L, hashed);
         }
     } else if (r->b == AD__OUT) {
-        stage(rs, id - r->a, 0.0, hashed);  /* the block's header */
+        stage(rs, h, id - r->a, z, 0.0, M, L, hashed);  /* the block's header */
     } else {
-        expand_block(rs, r, id, hashed);
+        expand_block(rs, h, r, id, M, L, hashed);
     }
+}
+
+/* Expands a cell's record: copies its cotangents first, as staging writes
+ * into other cells. */
+AD_INLINE void expand_cell(row_state *rs, hot *h, uint32_t id, cell c, const size_t L,
+                           const int hashed)
+{
+    double z[GROUP];
+    for (size_t l = 0; l < L; l++)
+        z[l] = c.v[l];
+    expand(rs, h, id, z, *c.lanes & LANE_MASK, L, hashed);
 }
 
 static int by_id(const void *a, const void *b)
@@ -299,7 +441,7 @@ static int by_id(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Rows are usually short: insertion sort, qsort for long ones. */
+/* Groups usually reach a few inputs: insertion sort, qsort for many. */
 static void sort_ids(ids *v)
 {
     if (v->len > 32) {
@@ -315,15 +457,15 @@ static void sort_ids(ids *v)
     }
 }
 
-static void start_row(row_state *rs)
+static void start_group(row_state *rs)
 {
     rs->heap.len = rs->cols.len = 0;
     if (!rs->hashed) {
-        rs->epoch++;
+        rs->h.epoch++;
         return;
     }
     HASH_CLEAR(hh, rs->map);
-    /* Keep the newest block for the next row; free the others. */
+    /* Keep the newest block for the next group; free the others. */
     while (rs->blocks && rs->blocks->next) {
         pool_block *b = rs->blocks->next;
         rs->blocks->next = b->next;
@@ -332,41 +474,105 @@ static void start_row(row_state *rs)
     rs->used = 0;
 }
 
-AD_INLINE void resolve_row_in(row_state *rs, uint32_t out, const int hashed)
+/* The window below top, the group's highest output (none when every
+ * output is an input or a constant).  Its bits are all clear. */
+AD_INLINE void open_window(hot *h, uint32_t top)
 {
-    start_row(rs);
-    rs->below = out;
-    stage(rs, out, 1.0, hashed);
-    while ((hashed ? rs->heap.len : rs->pending) && rs->status == AD_OK) {
-        uint32_t id = hashed ? heap_pop(&rs->heap) : bits_pop(rs);
-        int fresh;
-        double z = *slot(rs, id, &fresh, hashed);  /* pending, so present */
-        expand(rs, id, z, hashed);
+    h->wlo = UINT32_MAX;
+    h->wleft = h->wmin = 0;
+    if (top < h->first)
+        return;
+    h->whi = top;
+    h->wlo = top - h->first >= WINDOW ? top - (WINDOW - 1) : h->first;
+    h->wleft = h->wmin = (size_t)(top - h->wlo) + 1;
+}
+
+/* Clears the bits the group set: it reached nothing below wmin. */
+AD_INLINE void close_window(hot *h)
+{
+    if (h->wlo == UINT32_MAX)
+        return;
+    size_t from = h->wmin >> 6, to = (size_t)(h->whi - h->wlo) >> 6;
+    if (h->wmin <= (size_t)(h->whi - h->wlo))
+        memset(h->win->bits + from, 0, (to - from + 1) * sizeof *h->win->bits);
+}
+
+AD_INLINE void resolve_group_in(row_state *rs, const ad_real *out, size_t B, const size_t L,
+                                const int hashed)
+{
+    start_group(rs);
+    hot h = rs->h;
+    h.full = (1u << B) - 1;
+    h.below = 0;
+    for (size_t b = 0; b < B; b++)
+        if (out[b].id > h.below)
+            h.below = out[b].id;
+    open_window(&h, h.below);
+    for (size_t b = 0; b < B; b++) {
+        double e[GROUP] = {0};
+        e[b] = 1.0;
+        stage(rs, &h, out[b].id, e, 1.0, 1u << b, L, hashed);
     }
+    size_t k;
+    while (rs->status == AD_OK && window_pop(&h, &k))
+        expand_cell(rs, &h, h.wlo + (uint32_t)k,
+                    (cell){h.win->val + k * L, &h.win->lanes[k]}, L, hashed);
+    while ((hashed ? rs->heap.len : h.pending) && rs->status == AD_OK) {
+        uint32_t id = hashed ? heap_pop(&rs->heap) : bits_pop(&h);
+        int fresh;
+        expand_cell(rs, &h, id, find_cell(rs, &h, id, &fresh, L, hashed), L, hashed);
+    }
+    close_window(&h);
+    rs->h = h;
     sort_ids(&rs->cols);
 }
 
-/* Resolves row `out` (an output's ID); leaves its input IDs, sorted, in
- * rs->cols with their values findable through slot(). */
-static void resolve_row(row_state *rs, uint32_t out)
+/* Resolves the B rows of outputs out[0..B) together, lane b for out[b];
+ * leaves the input IDs the group reached, sorted, in rs->cols, with their
+ * cells findable through reached(). */
+static void resolve_group(row_state *rs, const ad_real *out, size_t B, size_t L)
 {
     if (rs->hashed)
-        resolve_row_in(rs, out, 1);
+        L == 1 ? resolve_group_in(rs, out, B, 1, 1) : resolve_group_in(rs, out, B, GROUP, 1);
     else
-        resolve_row_in(rs, out, 0);
+        L == 1 ? resolve_group_in(rs, out, B, 1, 0) : resolve_group_in(rs, out, B, GROUP, 0);
+}
+
+/* The tape was written long before and has left the caches, and a group
+ * reads its window downwards, one dependent step at a time.  Asking for
+ * the next group's window while this one is resolved hides the wait. */
+#define PREFETCH_RECORDS 128
+
+static void prefetch_group(const hot *h, const ad_real *out, size_t B)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    uint32_t top = 0;
+    for (size_t b = 0; b < B; b++)
+        if (out[b].id > top)
+            top = out[b].id;
+    if (top < h->first)
+        return;
+    /* 2 records a step: 48 of a line's 64 bytes */
+    for (int64_t id = top; id >= (int64_t)h->first && id > (int64_t)top - PREFETCH_RECORDS; id -= 2)
+        __builtin_prefetch(record_at(h, (uint32_t)id));
+#else
+    (void)h, (void)out, (void)B;
+#endif
 }
 
 /* ---- the CSR being built ---- */
 
-static int csr_room(ad_csr *J, size_t *cap, size_t need)
+typedef struct csr_out {
+    ad_csr *J;
+    size_t cap;  /* entries room in J->col and J->val */
+} csr_out;
+
+/* Moves J's entries to arrays of `cap` entries. */
+static int csr_resize(csr_out *o, size_t cap)
 {
-    if (need <= *cap)
-        return 1;
-    size_t c = *cap ? *cap : 256;
-    while (c < need)
-        c *= 2;
-    size_t *col = ad_alloc(c * sizeof *col);
-    double *val = ad_alloc(c * sizeof *val);
+    ad_csr *J = o->J;
+    size_t *col = ad_alloc(cap * sizeof *col);
+    double *val = ad_alloc(cap * sizeof *val);
     if (!col || !val) {
         ad_free(col);
         ad_free(val);
@@ -380,26 +586,50 @@ static int csr_room(ad_csr *J, size_t *cap, size_t need)
     ad_free(J->val);
     J->col = col;
     J->val = val;
-    *cap = c;
+    o->cap = cap;
     return 1;
 }
 
-static ad_status append_row(row_state *rs, ad_csr *J, size_t *cap)
+static int csr_room(csr_out *o, size_t need)
 {
-    if (!csr_room(J, cap, J->nnz + rs->cols.len))
-        return AD_ENOMEM;
+    if (need <= o->cap)
+        return 1;
+    size_t c = o->cap ? o->cap : 256;
+    while (c < need)
+        c *= 2;
+    return csr_resize(o, c);
+}
+
+/* The group's rows, lane by lane: each takes the columns its lane reached.
+ * Room is made for exactly those, so that a call sized by the last one
+ * does not grow. */
+static ad_status append_rows(row_state *rs, csr_out *o, size_t j0, size_t B, size_t L)
+{
+    ad_csr *J = o->J;
+    size_t need = 0;
     for (size_t k = 0; k < rs->cols.len; k++) {
-        uint32_t id = rs->cols.p[k];
-        int fresh;
-        J->col[J->nnz] = id - 1;
-        J->val[J->nnz] = *slot(rs, id, &fresh, rs->hashed);
-        J->nnz++;
+        cell c = rs->hashed ? reached(rs, &rs->h, rs->cols.p[k], GROUP, 1)
+                            : reached(rs, &rs->h, rs->cols.p[k], L, 0);
+        for (size_t b = 0; b < B; b++)
+            need += *c.lanes >> b & 1;
+    }
+    if (!csr_room(o, J->nnz + need))
+        return AD_ENOMEM;
+    for (size_t b = 0; b < B; b++) {
+        J->row_ptr[j0 + b] = J->nnz;
+        for (size_t k = 0; k < rs->cols.len; k++) {
+            uint32_t id = rs->cols.p[k];
+            cell c = rs->hashed ? reached(rs, &rs->h, id, GROUP, 1) : reached(rs, &rs->h, id, L, 0);
+            if (!(*c.lanes >> b & 1))
+                continue;
+            J->col[J->nnz] = id - 1;
+            J->val[J->nnz] = c.v[b];
+            J->nnz++;
+        }
     }
     return AD_OK;
 }
 
-/* Dense arrays if they can be had (stamps zeroed whenever they are new or
- * the epoch wraps), else the hash map. */
 /* Room for a zeroed bitmap of `words` words; kept zero between calls. */
 static int reserve_bits(uint64_t **bits, size_t *cap, size_t words)
 {
@@ -411,15 +641,18 @@ static int reserve_bits(uint64_t **bits, size_t *cap, size_t words)
     return 1;
 }
 
-static void choose_store(row_state *rs, ad_tape *t, uint32_t hi, size_t rows)
+/* Dense arrays if they can be had (tags zeroed whenever they are new or
+ * the epoch would wrap), else the hash map. */
+static void choose_store(row_state *rs, ad_tape *t, uint32_t hi, size_t groups, size_t L)
 {
     uint32_t *old = t->stamp;
-    int dense = !force_hash && ad_tape_reserve_adjoints(t, hi) == AD_OK &&
+    int dense = !force_hash &&
+                ad_reserve((void **)&t->adj, &t->adj_cap, ((size_t)hi + 1) * L, sizeof *t->adj) == AD_OK &&
                 ad_reserve((void **)&t->stamp, &t->stamp_cap, (size_t)hi + 1, sizeof *t->stamp) == AD_OK;
-    /* Each row takes the next epoch; new stamps, or epochs that would wrap
-     * within this call, start again from zero.  New stamps are zeroed at
+    /* Each group takes the next epoch; new tags, or epochs that would wrap
+     * within this call, start again from zero.  New tags are zeroed at
      * once, even if what follows fails: a later call trusts them. */
-    if (t->stamp && (t->stamp != old || t->epoch >= UINT32_MAX - rows)) {
+    if (t->stamp && (t->stamp != old || (size_t)t->epoch + groups >= (UINT32_MAX >> LANE_BITS))) {
         memset(t->stamp, 0, t->stamp_cap * sizeof *t->stamp);
         t->epoch = 0;
     }
@@ -428,19 +661,19 @@ static void choose_store(row_state *rs, ad_tape *t, uint32_t hi, size_t rows)
         rs->hashed = 1;
         return;
     }
-    rs->val = t->adj;
-    rs->stamp = t->stamp;
-    rs->epoch = t->epoch;
-    rs->bits = t->bits;
-    rs->summary = t->summary;
+    rs->h.val = t->adj;
+    rs->h.tag = t->stamp;
+    rs->h.epoch = t->epoch;
+    rs->h.bits = t->bits;
+    rs->h.summary = t->summary;
 }
 
 static void finish_store(row_state *rs, ad_tape *t)
 {
     if (!rs->hashed)
-        t->epoch = rs->epoch;
-    while (rs->pending)  /* a row cut short by an error */
-        bits_pop(rs);
+        t->epoch = rs->h.epoch;
+    while (rs->h.pending)  /* a group cut short by an error */
+        bits_pop(&rs->h);
     HASH_CLEAR(hh, rs->map);
     while (rs->blocks) {
         pool_block *b = rs->blocks;
@@ -449,28 +682,49 @@ static void finish_store(row_state *rs, ad_tape *t)
     }
     ad_free(rs->heap.p);
     ad_free(rs->cols.p);
+    ad_free(rs->h.win);
 }
 
+/* Rows go in groups of GROUP consecutive outputs, which share one
+ * resolve: neighbouring outputs usually share most of what they reach, and
+ * a record is then expanded once for the group, not once per row.  The
+ * entries' arrays start at the size of the last call's (a workload usually
+ * repeats itself), and end at most a quarter larger than needed. */
 static ad_status build(ad_tape *t, size_t n, size_t m, ad_csr *J)
 {
     row_state rs;
     memset(&rs, 0, sizeof rs);
     rs.t = t;
-    rs.n = (uint32_t)n;
+    rs.h.chunks = t->chunks;
+    rs.h.first = t->first;
+    rs.h.n = (uint32_t)n;
+    rs.h.wlo = UINT32_MAX;
     rs.status = AD_OK;
-    choose_store(&rs, t, ad_outputs_top(t, m), m);
-    size_t cap = 0;
+    size_t L = m == 1 ? 1 : GROUP;
+    choose_store(&rs, t, ad_outputs_top(t, m), (m + L - 1) / L, L);
+    csr_out o = {J, 0};
     J->rows = m;
     J->cols = n;
     J->row_ptr = ad_alloc((m + 1) * sizeof *J->row_ptr);
-    ad_status s = J->row_ptr ? AD_OK : AD_ENOMEM;
-    for (size_t j = 0; j < m && s == AD_OK; j++) {
-        J->row_ptr[j] = J->nnz;
-        resolve_row(&rs, t->outputs[j].id);
-        s = rs.status != AD_OK ? rs.status : append_row(&rs, J, &cap);
+    rs.h.win = ad_alloc(sizeof *rs.h.win);
+    if (rs.h.win)
+        memset(rs.h.win->bits, 0, sizeof rs.h.win->bits);
+    ad_status s = J->row_ptr && rs.h.win ? AD_OK : AD_ENOMEM;
+    if (s == AD_OK && t->sparse_nnz && !csr_resize(&o, t->sparse_nnz))
+        s = AD_ENOMEM;
+    for (size_t j0 = 0; j0 < m && s == AD_OK; j0 += L) {
+        size_t B = m - j0 < L ? m - j0 : L;
+        if (j0 + L < m)
+            prefetch_group(&rs.h, t->outputs + j0 + L, m - (j0 + L) < L ? m - (j0 + L) : L);
+        resolve_group(&rs, t->outputs + j0, B, L);
+        s = rs.status != AD_OK ? rs.status : append_rows(&rs, &o, j0, B, L);
     }
-    if (s == AD_OK)
+    if (s == AD_OK && o.cap - J->nnz > J->nnz / 4 && !csr_resize(&o, J->nnz ? J->nnz : 1))
+        s = AD_ENOMEM;
+    if (s == AD_OK) {
         J->row_ptr[m] = J->nnz;
+        t->sparse_nnz = J->nnz;
+    }
     finish_store(&rs, t);
     return s;
 }

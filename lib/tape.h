@@ -45,9 +45,10 @@ typedef struct ad_tape {
     size_t inputs_named;     /* inputs[0..inputs_named) already carry their IDs */
     ad_real *outputs;        /* what the recorded function returned */
     size_t outputs_cap;
-    uint32_t *stamp;         /* sparse.c: which row last reached each ID */
+    uint32_t *stamp;         /* sparse.c: which row group last reached each ID, and its lanes */
     size_t stamp_cap;
-    uint32_t epoch;          /* sparse.c: stamp of the current row */
+    uint32_t epoch;          /* sparse.c: the current row group's number */
+    size_t sparse_nnz;       /* sparse.c: entries of the last sparse Jacobian */
     uint64_t *bits, *summary;  /* sparse.c: pending IDs; all zero between calls */
     size_t bits_cap, summary_cap;
     unsigned char *blocks;   /* block.c: the block records' data, at offsets */

@@ -344,6 +344,96 @@ static void test_random_functions(void **state)
         }
 }
 
+/* Rows are resolved in groups that share one pass, each row in a lane of
+ * its own.  A row must still get exactly what a resolve of its own gives:
+ * here each row of random functions again, alone, as the only output of
+ * the same recording (m = 1, a group of one), compared bit for bit. */
+typedef struct one_row {
+    sp_fun *F;
+    size_t j;
+    ad_real *all;
+} one_row;
+
+static void only_row(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
+{
+    one_row *o = ctx;
+    (void)m;
+    for (size_t j = 0; j < o->F->m; j++)  /* an unwritten row reads as NaN, as in ad_record */
+        o->all[j] = ad_const(NAN);
+    sp_f(x, n, o->all, o->F->m, o->F);
+    y[0] = o->all[o->j];
+}
+
+static void test_rows_as_if_alone(void **state)
+{
+    static const size_t configs[][2] = {{5, 9}, {30, 41}, {3, 200}};
+    uint64_t rng = 0xa10e;
+    (void)state;
+    for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
+        size_t n = configs[c][0], m = configs[c][1];
+        double *x = xmalloc(n * sizeof *x), *y = xmalloc(m * sizeof *y), y1;
+        sp_fun F;
+        ad_csr J, R;
+        fill_uniform(&rng, x, n, -2.0, 2.0);
+        sp_make(&F, &rng, n, m, 2 + rng_next(&rng) % 10, 0);
+        one_row o = {&F, 0, xmalloc(m * sizeof(ad_real))};
+        assert_int_equal(ad_sparse_jacobian(sp_f, &F, n, x, m, y, &J), AD_OK);
+        for (o.j = 0; o.j < m; o.j++) {
+            assert_int_equal(ad_sparse_jacobian(only_row, &o, n, x, 1, &y1, &R), AD_OK);
+            size_t at = J.row_ptr[o.j], len = J.row_ptr[o.j + 1] - at;
+            assert_int_equal(R.nnz, len);
+            for (size_t k = 0; k < len; k++) {
+                assert_int_equal(R.col[k], J.col[at + k]);
+                assert_same(R.val[k], J.val[at + k]);
+            }
+            ad_csr_free(&R);
+        }
+        ad_csr_free(&J);
+        free(o.all);
+        sp_free(&F);
+        free(x);
+        free(y);
+    }
+}
+
+/* Two rows in one group, where the second reaches a record with an
+ * infinite partial, sqrt at 0, and the first does not: the first row's
+ * values must not see it (0 x Inf is NaN).  And a first row whose value is
+ * -0, which the second row's contributions to the same input must leave
+ * alone (0 + -0 is +0). */
+static void lanes_apart(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
+{
+    (void)n, (void)m, (void)ctx;
+    ad_real t = ad_mul(x[0], 2.0);
+    y[0] = ad_add(t, x[1]);
+    y[1] = ad_sqrt(ad_sub(t, ad_mul(x[0], 2.0)));  /* sqrt(0): partial +Inf */
+    y[2] = ad_mul(x[2], -0.0);                     /* d/dx2 = -0 */
+    y[3] = ad_mul(x[2], 3.0);
+}
+
+static void test_lanes_kept_apart(void **state)
+{
+    const double x[3] = {0.75, -1.5, 2.0};
+    double y[4];
+    ad_csr J;
+    (void)state;
+    assert_int_equal(ad_sparse_jacobian(lanes_apart, NULL, 3, x, 4, y, &J), AD_OK);
+    assert_csr_valid(&J, 4, 3);
+    assert_int_equal(J.row_ptr[1], 2);
+    assert_int_equal(J.col[0], 0);
+    assert_same(J.val[0], 2.0);
+    assert_same(J.val[1], 1.0);
+    assert_int_equal(J.row_ptr[2], 3);  /* row 1: {x0}, NaN (Inf - Inf) */
+    assert_int_equal(J.col[2], 0);
+    assert_nan(J.val[2]);
+    assert_int_equal(J.row_ptr[3], 4);
+    assert_int_equal(J.col[3], 2);
+    assert_same(J.val[3], -0.0);
+    assert_int_equal(J.col[4], 2);
+    assert_same(J.val[4], 3.0);
+    ad_csr_free(&J);
+}
+
 /* Thousands of rows over several chunks: a row reaching a chain longer than
  * a chunk, wide n-ary sums that may straddle chunk boundaries, a shared
  * subexpression.  Besides the dense Jacobian: J v and J^T w from the CSR
@@ -1042,6 +1132,8 @@ int main(void)
         BOTH(test_failed_call_then_another),
         BOTH(test_alloc_failure),
         BOTH(test_random_functions),
+        BOTH(test_rows_as_if_alone),
+        BOTH(test_lanes_kept_apart),
         BOTH(test_calls_in_sequence),
         BOTH(test_empty_shapes),
         BOTH(test_rows_reaching_nothing_first),

@@ -204,15 +204,17 @@ int main(int argc, char **argv)
         teardown(&r);
         return 1;
     }
-    printf("median of %d batches, each >= %.0f ms, after a warm-up\n\n", plan.reps,
-           plan.min_rep_ns * 1e-6);
+    printf("median of %d batches, each >= %.0f ms, after a warm-up; the three alternate\n\n",
+           plan.reps, plan.min_rep_ns * 1e-6);
     printf("%-32s %11s %11s %11s  %s\n", "", "median", "min", "max", "Jacobian / plain");
-    bench_time plain = bench_measure(&plan, body_plain, &r);
-    print_row("residuals, plain double", plain, plain.median_ns, NULL);
-    print_row("ad_sparse_jacobian (automatic)", bench_measure(&plan, body_sparse, &r),
-              plain.median_ns, "20x");
-    print_row("ad_jacobian per observation", bench_measure(&plan, body_per_obs, &r),
-              plain.median_ns, "8x");
+    /* side by side: batches of the three alternate */
+    const bench_body body[3] = {body_plain, body_sparse, body_per_obs};
+    void *const ctx[3] = {&r, &r, &r};
+    bench_time t[3];
+    bench_measure_side_by_side(&plan, 3, body, ctx, t);
+    print_row("residuals, plain double", t[0], t[0].median_ns, NULL);
+    print_row("ad_sparse_jacobian (automatic)", t[1], t[0].median_ns, "20x");
+    print_row("ad_jacobian per observation", t[2], t[0].median_ns, "8x");
     printf("\npublished Jacobian / objective on BA (ADBench): Tapenade ~8.5, Adept ~25, "
            "ADOL-C ~300\n");
     int failed = r.status != AD_OK;

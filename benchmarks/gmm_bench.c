@@ -46,7 +46,6 @@ typedef struct run {
     gmm_work w;
     double *x, *grad;
     size_t inputs;
-    gmm_version v;              /* the version a timed body runs */
     size_t batch[NVERSIONS];    /* points per tape, 0: all */
     size_t records[NVERSIONS];  /* records of one whole gradient, all batches */
     size_t record_bytes;
@@ -57,10 +56,17 @@ typedef struct run {
 
 static volatile double sink;
 
+/* What a timed body runs: one version of the problem. */
+typedef struct timed {
+    run *r;
+    gmm_version v;
+} timed;
+
 static void body_plain(void *ctx, size_t iters)
 {
-    run *r = ctx;
-    gmm_eval e = {&r->p, &r->w, r->v, 0, r->p.n, 1};
+    const timed *c = ctx;
+    run *r = c->r;
+    gmm_eval e = {&r->p, &r->w, c->v, 0, r->p.n, 1};
     for (size_t k = 0; k < iters; k++) {
         bench_clobber(r->x);
         sink = gmm_objective(&e, r->x);
@@ -69,10 +75,11 @@ static void body_plain(void *ctx, size_t iters)
 
 static void body_gradient(void *ctx, size_t iters)
 {
-    run *r = ctx;
+    const timed *c = ctx;
+    run *r = c->r;
     double fx;
     for (size_t k = 0; k < iters; k++) {
-        ad_status s = gmm_gradient(r->v, &r->p, &r->w, r->batch[r->v], r->x, &fx, r->grad, NULL);
+        ad_status s = gmm_gradient(c->v, &r->p, &r->w, r->batch[c->v], r->x, &fx, r->grad, NULL);
         if (s != AD_OK && r->status == AD_OK)
             r->status = s;
         bench_clobber(r->grad);
@@ -376,10 +383,22 @@ static int measure_set(const options *o, const char *name, const char *dir, resu
     failed += check_versions(&r);
     print_tapes(&r);
     if (!failed) {
+        /* the plain objectives and the gradients side by side, as their
+         * ratios are reported */
+        timed c[NVERSIONS];
+        bench_body body[2 * NVERSIONS];
+        void *ctx[2 * NVERSIONS];
+        bench_time t[2 * NVERSIONS];
         for (int v = 0; v < NVERSIONS; v++) {
-            r.v = (gmm_version)v;
-            res->plain[v] = bench_measure(plan, body_plain, &r);
-            res->grad[v] = bench_measure(plan, body_gradient, &r);
+            c[v] = (timed){&r, (gmm_version)v};
+            body[2 * v] = body_plain;
+            body[2 * v + 1] = body_gradient;
+            ctx[2 * v] = ctx[2 * v + 1] = &c[v];
+        }
+        bench_measure_side_by_side(plan, 2 * NVERSIONS, body, ctx, t);
+        for (int v = 0; v < NVERSIONS; v++) {
+            res->plain[v] = t[2 * v];
+            res->grad[v] = t[2 * v + 1];
             res->records[v] = r.records[v];
         }
         if (r.status != AD_OK) {

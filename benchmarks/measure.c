@@ -130,8 +130,12 @@ void measure_row(const bench_ctx *b, grad_row *r)
     prog_fill_inputs(r->prog, x, r->inputs);
     job j = {r->prog, r->n, r->inputs, x, g, 0.0, 0};
     r->check = first_gradient(&j, &r->records);
-    r->plain = bench_measure(&b->plan, run_plain, &j);
-    r->dualrev = bench_measure(&b->plan, run_dualrev, &j);
+    const bench_body body[2] = {run_plain, run_dualrev};
+    void *const ctx[2] = {&j, &j};
+    bench_time t[2];
+    bench_measure_side_by_side(&b->plan, 2, body, ctx, t);  /* their ratio is reported */
+    r->plain = t[0];
+    r->dualrev = t[1];
     if (j.failed)
         r->check = "a timed gradient failed";
     r->peer_ok = 0;

@@ -393,8 +393,12 @@ static void measure(const bench_plan *plan, hess_row *r, int *hess_reps)
     }
 
     if (r->check[0] == 'o') {
-        r->grad = bench_measure(plan, run_grad, &j);
-        r->hvp = bench_measure(plan, run_hvp, &j);
+        const bench_body body[2] = {run_grad, run_hvp};
+        void *const ctx[2] = {&j, &j};
+        bench_time t[2];
+        bench_measure_side_by_side(plan, 2, body, ctx, t);  /* their ratio is reported */
+        r->grad = t[0];
+        r->hvp = t[1];
         /* bench_measure makes reps + 3 calls at the least */
         if (t_hess * (plan->reps + 3) <= HESS_BUDGET_NS) {
             r->hess = bench_measure(plan, run_hess, &j);

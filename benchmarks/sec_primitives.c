@@ -468,9 +468,13 @@ static void measure(const bench_plan *plan, prim_row *r)
     bench_time none = {NAN, NAN, NAN, 0};
     r->plain = r->grad[0] = r->grad[1] = none;
     if (r->check[0] == 'o') {
-        r->plain = bench_measure(plan, run_plain, &jp);
-        r->grad[0] = bench_measure(plan, run_grad, &j[0]);
-        r->grad[1] = bench_measure(plan, run_grad, &j[1]);
+        const bench_body body[3] = {run_plain, run_grad, run_grad};
+        void *const ctx[3] = {&jp, &j[0], &j[1]};
+        bench_time t[3];
+        bench_measure_side_by_side(plan, 3, body, ctx, t);  /* their ratios are reported */
+        r->plain = t[0];
+        r->grad[0] = t[1];
+        r->grad[1] = t[2];
         if (j[0].failed || j[1].failed)
             r->check = "FAIL: a timed gradient failed";
     }

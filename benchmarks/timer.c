@@ -51,20 +51,49 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-bench_time bench_measure(const bench_plan *plan, bench_body body, void *ctx)
+static bench_time summary(double *samples, int reps, size_t iters)
 {
-    double samples[MAX_REPS];
-    int reps = plan->reps < 1 ? 1 : plan->reps > MAX_REPS ? MAX_REPS : plan->reps;
-    body(ctx, 1);
-    bench_time r = {0.0, 0.0, 0.0, calibrate(plan, body, ctx)};
-    for (int i = 0; i < reps; i++)
-        samples[i] = time_batch(body, ctx, r.iters) / (double)r.iters;
     qsort(samples, (size_t)reps, sizeof *samples, cmp_double);
-    r.min_ns = samples[0];
-    r.max_ns = samples[reps - 1];
+    bench_time r = {0.0, samples[0], samples[reps - 1], iters};
     r.median_ns = reps % 2 ? samples[reps / 2]
                            : 0.5 * (samples[reps / 2 - 1] + samples[reps / 2]);
     return r;
+}
+
+static int clamp_reps(const bench_plan *plan)
+{
+    return plan->reps < 1 ? 1 : plan->reps > MAX_REPS ? MAX_REPS : plan->reps;
+}
+
+bench_time bench_measure(const bench_plan *plan, bench_body body, void *ctx)
+{
+    bench_time r;
+    bench_measure_side_by_side(plan, 1, &body, &ctx, &r);
+    return r;
+}
+
+/* Batch i of every operation runs before batch i + 1 of any: a machine
+ * that slows down for a while slows them all, not one, and their ratios
+ * hold. */
+void bench_measure_side_by_side(const bench_plan *plan, size_t count, const bench_body *body,
+                                void *const *ctx, bench_time *out)
+{
+    double samples[BENCH_MAX_SIDE][MAX_REPS];
+    size_t iters[BENCH_MAX_SIDE];
+    int reps = clamp_reps(plan);
+    if (count > BENCH_MAX_SIDE) {
+        fprintf(stderr, "bench_measure_side_by_side: more than %d operations\n", BENCH_MAX_SIDE);
+        exit(2);
+    }
+    for (size_t k = 0; k < count; k++) {
+        body[k](ctx[k], 1);
+        iters[k] = calibrate(plan, body[k], ctx[k]);
+    }
+    for (int i = 0; i < reps; i++)
+        for (size_t k = 0; k < count; k++)
+            samples[k][i] = time_batch(body[k], ctx[k], iters[k]) / (double)iters[k];
+    for (size_t k = 0; k < count; k++)
+        out[k] = summary(samples[k], reps, iters[k]);
 }
 
 const char *fmt_time(char buf[16], double ns)

@@ -19,6 +19,13 @@ typedef struct bench_time {
 
 bench_time bench_measure(const bench_plan *plan, bench_body body, void *ctx);
 
+/* The same for count operations (at most BENCH_MAX_SIDE) whose times are
+ * to be compared: their batches alternate, so that the ratios are measured
+ * side by side, under the same load. */
+#define BENCH_MAX_SIDE 6
+void bench_measure_side_by_side(const bench_plan *plan, size_t count, const bench_body *body,
+                                void *const *ctx, bench_time *out);
+
 double bench_now_ns(void);
 
 /* ns as "850 ns", "2.21 us", "13.4 ms" (ASCII, for alignment); "-" when

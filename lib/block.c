@@ -52,14 +52,17 @@ uint32_t ad_block_record(ad_tape *t, size_t offset)
     double off;
     uint64_t bits = offset;
     memcpy(&off, &bits, sizeof off);
-    uint32_t hid = ad__push(b->nout, off, AD__BLOCK, 0.0);
+    /* t is the recording tape, so its cursor is the active one; passed,
+     * as a thread-local lookup costs a call in a shared library. */
+    ad__cursor *c = &t->cursor;
+    uint32_t hid = ad__push_at(c, b->nout, off, AD__BLOCK, 0.0, AD__OP_LINEAR, 0.0, 0.0, 0.0);
     if (!hid)
         return 0;
     t->no_jvp += !b->kind->jvp && !b->kind->forward;
     t->no_second += !b->kind->second;
     /* IDs are consecutive even across a chunk boundary. */
     for (uint32_t j = 1; j <= b->nout; j++)
-        if (!ad__push(j, 0.0, AD__OUT, 0.0))
+        if (!ad__push_at(c, j, 0.0, AD__OUT, 0.0, AD__OP_LINEAR, 0.0, 0.0, 0.0))
             return 0;
     return hid + 1;
 }

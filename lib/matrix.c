@@ -19,7 +19,8 @@ typedef struct matrix {
     uint32_t first;  /* ID of entry (0, 0) */
     int shape;
     size_t last;     /* offset of the latest product with it, or NONE */
-    /* then: double values[rows * cols]; uint32_t ids[rows * cols] */
+    /* then: double values[rows * cols], row-major, the same by columns;
+     * uint32_t ids[rows * cols] */
 } matrix;
 
 typedef struct product {
@@ -37,6 +38,12 @@ typedef struct product {
 static const double *mat_values(const matrix *A)
 {
     return (const double *)(const void *)(A + 1);
+}
+
+/* The values column by column, for computing products (columns_product). */
+static const double *mat_columns(const matrix *A)
+{
+    return mat_values(A) + A->rows * A->cols;
 }
 
 static const double *prod_x(const product *p)
@@ -85,6 +92,35 @@ static void mat_second(const ad_tape *t, const ad_block *b, uint32_t hid, const 
     }
 }
 
+/* abar += ybar x^T of products p[0..np), in that order: each entry adds
+ * their terms one after another, as np passes would, but is loaded and
+ * stored once. */
+#define PRODUCTS 4
+
+static void add_outer(const matrix *B, double *abar, const product *const *p, size_t np)
+{
+    size_t n = B->cols, lo, hi;
+    const double *x[PRODUCTS];
+    double yb[PRODUCTS];
+    for (size_t k = 0; k < np; k++)
+        x[k] = prod_x(p[k]);
+    for (size_t j = 0; j < B->rows; j++) {
+        double *row = abar + j * n;
+        row_range(B->shape, j, n, &lo, &hi);
+        for (size_t k = 0; k < np; k++)
+            yb[k] = prod_ybar(p[k])[j];
+        if (np == PRODUCTS) {
+            for (size_t l = lo; l < hi; l++)
+                row[l] = row[l] + yb[0] * x[0][l] + yb[1] * x[1][l] + yb[2] * x[2][l] +
+                         yb[3] * x[3][l];
+            continue;
+        }
+        for (size_t k = 0; k < np; k++)
+            for (size_t l = lo; l < hi; l++)
+                row[l] += yb[k] * x[k][l];
+    }
+}
+
 /* The products' waiting parts (prod_reverse), latest first, as they
  * would have been added in place; then the entries' cotangents pass to
  * A's IDs. */
@@ -92,21 +128,17 @@ static void mat_reverse(const ad_tape *t, const ad_block *b, uint32_t hid, doubl
                         size_t lane)
 {
     const matrix *B = (const matrix *)b;
-    size_t n = B->cols, lo, hi;
     double *abar = adj + (size_t)(hid + 1) * L + lane;
     for (size_t at = B->last; L == 1 && at != NONE;) {
-        const product *p = (const product *)ad_block_at(t, at);
-        at = p->prev;
-        if (p->swept != t->sweeps)  /* above this sweep's top: not reached */
-            continue;
-        const double *x = prod_x(p), *ybar = prod_ybar(p);
-        for (size_t j = 0; j < B->rows; j++) {
-            double yb = ybar[j];
-            double *row = abar + j * n;
-            row_range(B->shape, j, n, &lo, &hi);
-            for (size_t l = lo; l < hi; l++)
-                row[l] += yb * x[l];
+        const product *p[PRODUCTS];
+        size_t np = 0;
+        while (np < PRODUCTS && at != NONE) {
+            p[np] = (const product *)ad_block_at(t, at);
+            at = p[np]->prev;
+            if (p[np]->swept == t->sweeps)  /* else above this sweep's top: not reached */
+                np++;
         }
+        add_outer(B, abar, p, np);
     }
     const uint32_t *ids = ad_block_ids(b);
     for (uint32_t k = 0; k < b->nout; k++)
@@ -162,6 +194,8 @@ static void prod_reverse(const ad_tape *t, const ad_block *b, uint32_t hid, doub
         for (size_t j = 0; j < p->rows; j++)
             ybar[j] = adj[hid + 1 + j];
         kept->swept = t->sweeps;
+        if (!p->x_active)
+            return;  /* nothing else to do now */
     }
     if (p->x_active)
         memset(xbar, 0, n * sizeof *xbar);
@@ -328,19 +362,20 @@ ad_status ad_mat_record(size_t m, size_t n, const ad_real *A, ad_mat *M)
         return AD_OK;  /* not recorded: products read A */
     if (mn >= AD__ID_END)
         return ad_fail_recording(AD_ERANGE);
-    size_t size = sizeof(matrix) + mn * (sizeof(double) + sizeof(uint32_t));
+    size_t size = sizeof(matrix) + mn * (2 * sizeof(double) + sizeof(uint32_t));
     size_t at = ad_block_new(t, size, (uint32_t)mn, (uint32_t)mn, 0);
     if (at == SIZE_MAX)
         return AD_ENOMEM;
     matrix *B = (matrix *)ad_block_at(t, at);
     B->base.kind = &matrix_kind;
-    B->base.ids = sizeof(matrix) + mn * sizeof(double);
+    B->base.ids = sizeof(matrix) + 2 * mn * sizeof(double);
     B->rows = m;
     B->cols = n;
-    double *v = (double *)(void *)(B + 1);
+    double *v = (double *)(void *)(B + 1), *c = v + mn;
     uint32_t *ids = (uint32_t *)(void *)((char *)B + B->base.ids);
     for (size_t k = 0; k < mn; k++) {
         v[k] = A[k].v;
+        c[k % n * m + k / n] = A[k].v;
         ids[k] = A[k].id;
     }
     uint32_t first = ad_block_record(t, at);
@@ -373,6 +408,24 @@ static const matrix *matrix_of(const ad_tape *t, const ad_mat *M)
 static double entry(const ad_mat *M, size_t k)
 {
     return M->a ? M->a[k] : M->ar[k].v;
+}
+
+/* y = A x from A's columns, added column after column, so that each y[j]
+ * adds its terms in column order as ad__mat_rows does and comes out
+ * bitwise the same; but down contiguous columns, which vectorise. */
+static void columns_product(size_t m, size_t n, int shape, const double *restrict cm,
+                            const double *restrict x, double *restrict y)
+{
+    memset(y, 0, m * sizeof *y);
+    for (size_t l = 0; l < n; l++) {
+        /* rows of column l inside the shape (ad__mat_row_range turned over) */
+        size_t lo = shape == AD__LOWER ? l : 0;
+        size_t hi = shape == AD__UPPER ? (l + 1 < m ? l + 1 : m) : m;
+        const double *c = cm + l * m;
+        double xl = x[l];
+        for (size_t j = lo; j < hi; j++)
+            y[j] += c[j] * xl;
+    }
 }
 
 /* y = M x recorded as one product block; x is ad_real (xr) or double (xd). */
@@ -410,7 +463,7 @@ static void record_product(ad_tape *t, const ad_mat *M, const matrix *B, const a
     }
     /* The values wait in the work array until the outputs have IDs. */
     double *v = t->work;
-    ad__mat_rows(m, n, M->shape, mat_values(B), x, v);
+    columns_product(m, n, M->shape, mat_columns(B), x, v);
     uint32_t first = ad_block_record(t, at);
     for (size_t j = 0; j < m; j++) {
         ad_real r = {first ? v[j] : NAN, first ? first + (uint32_t)j : 0};

@@ -102,7 +102,7 @@ static size_t pad16(size_t bytes)
  * matrix and of one product with it. */
 static size_t matrix_block_bytes(size_t m, size_t n)
 {
-    return pad16(64 + 12 * m * n);
+    return pad16(64 + 20 * m * n);
 }
 
 static size_t product_block_bytes(size_t m, size_t n, int x_active)

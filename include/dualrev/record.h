@@ -83,10 +83,9 @@ AD_API uint32_t ad__push_slow(ad__cursor *c, uint32_t a, double wa, uint32_t b, 
 
 /* The room check is an unsigned compare, so that a second-order recording
  * can send every record to the slow path with end = NULL. */
-static inline uint32_t ad__push_op(uint32_t a, double wa, uint32_t b, double wb, int op,
-                                   double x, double y, double v)
+static inline uint32_t ad__push_at(ad__cursor *c, uint32_t a, double wa, uint32_t b, double wb,
+                                   int op, double x, double y, double v)
 {
-    ad__cursor *c = ad__active;
     ad__record *r = c->cur;
     if (AD__UNLIKELY((uintptr_t)r >= (uintptr_t)c->end))
         return ad__push_slow(c, a, wa, b, wb, op, x, y, v);
@@ -96,6 +95,12 @@ static inline uint32_t ad__push_op(uint32_t a, double wa, uint32_t b, double wb,
     r->wb = wb;
     c->cur = r + 1;
     return (uint32_t)c->next++;
+}
+
+static inline uint32_t ad__push_op(uint32_t a, double wa, uint32_t b, double wb, int op,
+                                   double x, double y, double v)
+{
+    return ad__push_at(ad__active, a, wa, b, wb, op, x, y, v);
 }
 
 /* A record whose partials are constants (a sum, a header). */

@@ -713,11 +713,13 @@ static ad_status build(ad_tape *t, size_t n, size_t m, ad_csr *J)
     if (s == AD_OK && t->sparse_nnz && !csr_resize(&o, t->sparse_nnz))
         s = AD_ENOMEM;
     for (size_t j0 = 0; j0 < m && s == AD_OK; j0 += L) {
-        size_t B = m - j0 < L ? m - j0 : L;
+        /* a last group of one row takes one lane: every lane of a group
+         * is then a row's, and no lane is computed from unset values */
+        size_t B = m - j0 < L ? m - j0 : L, LB = B == 1 ? 1 : L;
         if (j0 + L < m)
             prefetch_group(&rs.h, t->outputs + j0 + L, m - (j0 + L) < L ? m - (j0 + L) : L);
-        resolve_group(&rs, t->outputs + j0, B, L);
-        s = rs.status != AD_OK ? rs.status : append_rows(&rs, &o, j0, B, L);
+        resolve_group(&rs, t->outputs + j0, B, LB);
+        s = rs.status != AD_OK ? rs.status : append_rows(&rs, &o, j0, B, LB);
     }
     if (s == AD_OK && o.cap - J->nnz > J->nnz / 4 && !csr_resize(&o, J->nnz ? J->nnz : 1))
         s = AD_ENOMEM;

@@ -92,6 +92,48 @@ static void mat_second(const ad_tape *t, const ad_block *b, uint32_t hid, const 
     }
 }
 
+/* Short rows and columns (a 10 x 10 factor, say) spend more in the set-up
+ * of the compiler's vectorised loops than in them: these go by pairs of
+ * doubles written out, then one more.  Each element gets the same
+ * operations in the same order as one at a time. */
+#if defined(__GNUC__) || defined(__clang__)
+#define PAIRS 1
+typedef double pair __attribute__((vector_size(16), aligned(8), may_alias));
+#endif
+
+/* y[0..len) += c[0..len) s */
+static inline void axpy_short(double *restrict y, const double *restrict c, double s, size_t len)
+{
+    size_t j = 0;
+#ifdef PAIRS
+    pair sv = {s, s};
+    for (; j + 2 <= len; j += 2)
+        *(pair *)(y + j) += *(const pair *)(c + j) * sv;
+    if (j < len)
+        y[j] += c[j] * s;
+#else
+    for (; j < len; j++)
+        y[j] += c[j] * s;
+#endif
+}
+
+/* row[l] += yb[0] x[0][l], then yb[1] x[1][l], ... for four products,
+ * l in [lo, hi). */
+static inline void add4_short(double *restrict row, const double *const *x, const double *yb,
+                              size_t lo, size_t hi)
+{
+    size_t l = lo;
+#ifdef PAIRS
+    pair y0 = {yb[0], yb[0]}, y1 = {yb[1], yb[1]}, y2 = {yb[2], yb[2]}, y3 = {yb[3], yb[3]};
+    for (; l + 2 <= hi; l += 2)
+        *(pair *)(row + l) = *(pair *)(row + l) + *(const pair *)(x[0] + l) * y0 +
+                             *(const pair *)(x[1] + l) * y1 + *(const pair *)(x[2] + l) * y2 +
+                             *(const pair *)(x[3] + l) * y3;
+#endif
+    for (; l < hi; l++)
+        row[l] = row[l] + yb[0] * x[0][l] + yb[1] * x[1][l] + yb[2] * x[2][l] + yb[3] * x[3][l];
+}
+
 /* abar += ybar x^T of products p[0..np), in that order: each entry adds
  * their terms one after another, as np passes would, but is loaded and
  * stored once. */
@@ -110,14 +152,11 @@ static void add_outer(const matrix *B, double *abar, const product *const *p, si
         for (size_t k = 0; k < np; k++)
             yb[k] = prod_ybar(p[k])[j];
         if (np == PRODUCTS) {
-            for (size_t l = lo; l < hi; l++)
-                row[l] = row[l] + yb[0] * x[0][l] + yb[1] * x[1][l] + yb[2] * x[2][l] +
-                         yb[3] * x[3][l];
+            add4_short(row, x, yb, lo, hi);
             continue;
         }
-        for (size_t k = 0; k < np; k++)
-            for (size_t l = lo; l < hi; l++)
-                row[l] += yb[k] * x[k][l];
+        for (size_t k = 0; k < np && lo < hi; k++)
+            axpy_short(row + lo, x[k] + lo, yb[k], hi - lo);
     }
 }
 
@@ -421,10 +460,8 @@ static void columns_product(size_t m, size_t n, int shape, const double *restric
         /* rows of column l inside the shape (ad__mat_row_range turned over) */
         size_t lo = shape == AD__LOWER ? l : 0;
         size_t hi = shape == AD__UPPER ? (l + 1 < m ? l + 1 : m) : m;
-        const double *c = cm + l * m;
-        double xl = x[l];
-        for (size_t j = lo; j < hi; j++)
-            y[j] += c[j] * xl;
+        if (lo < hi)  /* a lower-triangular m x n with n > m has empty columns */
+            axpy_short(y + lo, cm + l * m + lo, x[l], hi - lo);
     }
 }
 

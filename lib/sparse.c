@@ -100,8 +100,9 @@ typedef struct hot {
     uint32_t below;            /* dense: every pending ID is <= below */
     window *win;
     uint32_t wlo, whi;         /* the window's IDs; wlo is UINT32_MAX without one */
+    const ad__record *wrec;    /* the window's records: wlo's, then on in one chunk */
     size_t wleft;              /* window positions not yet taken: [0, wleft) */
-    size_t wmin;               /* the lowest window position reached */
+    size_t wpending;           /* window positions reached and not yet taken */
 } hot;
 
 typedef struct row_state {
@@ -176,7 +177,7 @@ AD_INLINE void bits_set(hot *h, uint32_t id)
 /* Bits 0..k of a word (k < 64). */
 static inline uint64_t up_to(unsigned k)
 {
-    return k == 63 ? ~(uint64_t)0 : ((uint64_t)1 << (k + 1)) - 1;
+    return ~(uint64_t)0 >> (63 - k);
 }
 
 static inline unsigned top_bit(uint64_t w)
@@ -311,14 +312,14 @@ AD_INLINE void window_stage(hot *h, size_t k, const double *z, double w, unsigne
     win->bits[k >> 6] = word | bit;
     win->lanes[k] = had | M;
     lanes_add(win->val + k * L, z, w, M, had, h->full, L);
-    h->wmin = k < h->wmin ? k : h->wmin;
+    h->wpending += !had;
 }
 
 /* The highest reached window position not yet taken, through *k; 0 when
- * there is none.  Position wmin is reached, so the search ends there. */
+ * there is none.  wleft is then the lowest position reached. */
 AD_INLINE int window_pop(hot *h, size_t *k)
 {
-    if (h->wleft <= h->wmin)
+    if (!h->wpending)
         return 0;
     size_t pos = h->wleft - 1, w = pos >> 6;
     uint64_t word = h->win->bits[w] & up_to(pos & 63);
@@ -326,6 +327,7 @@ AD_INLINE int window_pop(hot *h, size_t *k)
         word = h->win->bits[--w];
     *k = (w << 6) + top_bit(word);
     h->wleft = *k;
+    h->wpending--;
     return 1;
 }
 
@@ -403,11 +405,10 @@ AD_INLINE const ad__record *record_at(const hot *h, uint32_t id)
     return &h->chunks[k >> AD_CHUNK_BITS][k & (AD_CHUNK - 1)];
 }
 
-/* Expands record id, which lanes M reached with cotangents z. */
-AD_INLINE void expand(row_state *rs, hot *h, uint32_t id, const double *z, unsigned M,
-                      const size_t L, const int hashed)
+/* Expands record id, r, which lanes M reached with cotangents z. */
+AD_INLINE void expand(row_state *rs, hot *h, uint32_t id, const ad__record *r, const double *z,
+                      unsigned M, const size_t L, const int hashed)
 {
-    const ad__record *r = record_at(h, id);
     if (AD__LIKELY(r->b < AD__ID_END)) {
         stage(rs, h, r->a, z, r->wa, M, L, hashed);
         stage(rs, h, r->b, z, r->wb, M, L, hashed);
@@ -426,13 +427,13 @@ AD_INLINE void expand(row_state *rs, hot *h, uint32_t id, const double *z, unsig
 
 /* Expands a cell's record: copies its cotangents first, as staging writes
  * into other cells. */
-AD_INLINE void expand_cell(row_state *rs, hot *h, uint32_t id, cell c, const size_t L,
-                           const int hashed)
+AD_INLINE void expand_cell(row_state *rs, hot *h, uint32_t id, const ad__record *r, cell c,
+                           const size_t L, const int hashed)
 {
     double z[GROUP];
     for (size_t l = 0; l < L; l++)
         z[l] = c.v[l];
-    expand(rs, h, id, z, *c.lanes & LANE_MASK, L, hashed);
+    expand(rs, h, id, r, z, *c.lanes & LANE_MASK, L, hashed);
 }
 
 static int by_id(const void *a, const void *b)
@@ -475,26 +476,30 @@ static void start_group(row_state *rs)
 }
 
 /* The window below top, the group's highest output (none when every
- * output is an input or a constant).  Its bits are all clear. */
+ * output is an input or a constant): at most WINDOW IDs, all in top's
+ * chunk, so that its records are one array.  Its bits are all clear. */
 AD_INLINE void open_window(hot *h, uint32_t top)
 {
     h->wlo = UINT32_MAX;
-    h->wleft = h->wmin = 0;
+    h->wleft = h->wpending = 0;
     if (top < h->first)
         return;
+    size_t k = top - h->first, in_chunk = k & (AD_CHUNK - 1);
+    size_t below = in_chunk < WINDOW - 1 ? in_chunk : WINDOW - 1;
     h->whi = top;
-    h->wlo = top - h->first >= WINDOW ? top - (WINDOW - 1) : h->first;
-    h->wleft = h->wmin = (size_t)(top - h->wlo) + 1;
+    h->wlo = top - (uint32_t)below;
+    h->wrec = record_at(h, h->wlo);
+    h->wleft = below + 1;
 }
 
-/* Clears the bits the group set: it reached nothing below wmin. */
+/* Clears the bits the group set: it reached nothing below wleft, the last
+ * position taken. */
 AD_INLINE void close_window(hot *h)
 {
     if (h->wlo == UINT32_MAX)
         return;
-    size_t from = h->wmin >> 6, to = (size_t)(h->whi - h->wlo) >> 6;
-    if (h->wmin <= (size_t)(h->whi - h->wlo))
-        memset(h->win->bits + from, 0, (to - from + 1) * sizeof *h->win->bits);
+    size_t from = h->wleft >> 6, to = (size_t)(h->whi - h->wlo) >> 6;
+    memset(h->win->bits + from, 0, (to - from + 1) * sizeof *h->win->bits);
 }
 
 AD_INLINE void resolve_group_in(row_state *rs, const ad_real *out, size_t B, const size_t L,
@@ -515,12 +520,13 @@ AD_INLINE void resolve_group_in(row_state *rs, const ad_real *out, size_t B, con
     }
     size_t k;
     while (rs->status == AD_OK && window_pop(&h, &k))
-        expand_cell(rs, &h, h.wlo + (uint32_t)k,
+        expand_cell(rs, &h, h.wlo + (uint32_t)k, h.wrec + k,
                     (cell){h.win->val + k * L, &h.win->lanes[k]}, L, hashed);
     while ((hashed ? rs->heap.len : h.pending) && rs->status == AD_OK) {
         uint32_t id = hashed ? heap_pop(&rs->heap) : bits_pop(&h);
         int fresh;
-        expand_cell(rs, &h, id, find_cell(rs, &h, id, &fresh, L, hashed), L, hashed);
+        expand_cell(rs, &h, id, record_at(&h, id), find_cell(rs, &h, id, &fresh, L, hashed), L,
+                    hashed);
     }
     close_window(&h);
     rs->h = h;

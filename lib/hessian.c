@@ -26,6 +26,17 @@ AD_INLINE void give(double *adj, double *adjd, uint32_t a, double z, const doubl
         adjd[(size_t)a * L + l] += zd[l] * w + z * wd[l];
 }
 
+/* Whether all three second partials are 0 (either sign): one test of
+ * their bits, not three compares. */
+AD_INLINE int all_zero(ad_aux h)
+{
+    uint64_t a, b, c;
+    memcpy(&a, &h.aa, sizeof a);
+    memcpy(&b, &h.ab, sizeof b);
+    memcpy(&c, &h.bb, sizeof c);
+    return ((a | b | c) << 1) == 0;
+}
+
 /* The tangent of a two-argument record's partials, from its second
  * partials h: wd_a = h_aa t_a + h_ab t_b, wd_b = h_ab t_a + h_bb t_b. */
 AD_INLINE void apply2(const ad__record *r, ad_aux h, const double *tan, double *adj,
@@ -37,7 +48,7 @@ AD_INLINE void apply2(const ad__record *r, ad_aux h, const double *tan, double *
      * tangent (sqrt(x0) + x1^2 at x0 = 0 along x1): the partial does not
      * depend on that argument.  Linear records, the commonest, have no
      * second partials at all: their tangents' cotangents are zd w. */
-    if (h.aa == 0.0 && h.ab == 0.0 && h.bb == 0.0) {
+    if (all_zero(h)) {
         adj[r->a] += z * r->wa;
         adj[r->b] += z * r->wb;
         for (size_t l = 0; l < L; l++) {
@@ -47,10 +58,17 @@ AD_INLINE void apply2(const ad__record *r, ad_aux h, const double *tan, double *
         return;
     }
     for (size_t l = 0; l < L; l++) {
-        double aa = h.aa != 0.0 ? h.aa * ta[l] : 0.0, bb = h.bb != 0.0 ? h.bb * tb[l] : 0.0;
-        double ab_a = h.ab != 0.0 ? h.ab * ta[l] : 0.0, ab_b = h.ab != 0.0 ? h.ab * tb[l] : 0.0;
-        wda[l] = aa + ab_b;
-        wdb[l] = ab_a + bb;
+        /* Plain products first; only a NaN, rare, can come from a zero
+         * second partial against a NaN or Inf tangent, and then the terms
+         * are taken again without those. */
+        wda[l] = h.aa * ta[l] + h.ab * tb[l];
+        wdb[l] = h.ab * ta[l] + h.bb * tb[l];
+        if (AD__UNLIKELY(wda[l] != wda[l] || wdb[l] != wdb[l])) {
+            double aa = h.aa != 0.0 ? h.aa * ta[l] : 0.0, bb = h.bb != 0.0 ? h.bb * tb[l] : 0.0;
+            double ab_a = h.ab != 0.0 ? h.ab * ta[l] : 0.0, ab_b = h.ab != 0.0 ? h.ab * tb[l] : 0.0;
+            wda[l] = aa + ab_b;
+            wdb[l] = ab_a + bb;
+        }
     }
     give(adj, adjd, r->a, z, zd, r->wa, wda, L);
     give(adj, adjd, r->b, z, zd, r->wb, wdb, L);

@@ -143,11 +143,16 @@ static ad_status open_chunk(ad_tape *t)
     t->cursor.cur = c;
     t->room_end = c + (room < AD_CHUNK ? room : AD_CHUNK);
     t->cursor.end = t->second ? NULL : t->room_end;
+    t->second_end = NULL;
     if (!t->second)
         return AD_OK;
     ad_status s = open_aux(t, t->open - 1);
     t->room_base = c;
     t->aux_base = s == AD_OK ? t->aux[t->open - 1] : NULL;
+    if (s == AD_OK) {
+        t->second_end = t->room_end;
+        t->aux_shift = (uintptr_t)t->aux_base - (uintptr_t)c;
+    }
     return s;
 }
 
@@ -178,7 +183,7 @@ ad_status ad_tape_begin(ad_tape *t, size_t n, size_t limit, int second)
     t->second = second;
     t->serial = (uint64_t)atomic_fetch_add(&serials, 1) + 1;
     t->open = 0;
-    t->cursor.cur = t->cursor.end = t->room_end = NULL;
+    t->cursor.cur = t->cursor.end = t->room_end = t->second_end = NULL;
     t->cursor.next = t->first;
     /* Chunk 0 now, so the first record does not take the slow path; with a
      * limit of 0 records the slow path reports AD_ERANGE if one is made. */
@@ -215,7 +220,7 @@ uint32_t ad__push_slow(ad__cursor *c, uint32_t a, double wa, uint32_t b, double 
                        double x, double y, double v)
 {
     ad_tape *t = (ad_tape *)c;
-    if (c == &idle_cursor || !t->second || t->status != AD_OK || c->cur == t->room_end)
+    if (c == &idle_cursor || (uintptr_t)c->cur >= (uintptr_t)t->second_end)
         return push_rare(c, a, wa, b, wb, op, x, y, v);
     ad__record *r = t->cursor.cur;
     r->a = a;
@@ -234,8 +239,10 @@ uint32_t ad__push_slow(ad__cursor *c, uint32_t a, double wa, uint32_t b, double 
         h.aa = h.ab = 0.0;
     if (!b)
         h.ab = h.bb = 0.0;
-    /* Not a running pointer: n-ary slots advance the cursor without it. */
-    t->aux_base[r - t->room_base] = h;
+    /* Not a running pointer: n-ary slots advance the cursor without it.
+     * Records and second partials are both 24 bytes, so a record's sit a
+     * fixed distance from it. */
+    *(ad_aux *)(void *)((uintptr_t)r + t->aux_shift) = h;
     t->cursor.cur = r + 1;
     return (uint32_t)t->cursor.next++;
 }
@@ -293,7 +300,7 @@ static int recording(void)
 void ad_tape_fail(ad_tape *t, ad_status s)
 {
     t->status = s;
-    t->cursor.cur = t->cursor.end = NULL;
+    t->cursor.cur = t->cursor.end = t->second_end = NULL;
 }
 
 ad_status ad_fail_recording(ad_status s)

@@ -30,6 +30,9 @@ typedef struct ad_aux {
     double aa, ab, bb;
 } ad_aux;
 
+/* tape.c finds a record's second partials at a fixed distance from it. */
+_Static_assert(sizeof(ad_aux) == sizeof(ad__record), "second partials are as large as a record");
+
 typedef struct ad_tape {
     ad__cursor cursor;       /* first: ad__active points here */
     ad_status status;        /* first error of this recording, sticky */
@@ -64,6 +67,8 @@ typedef struct ad_tape {
     uint64_t serial;         /* this recording's number, unique in the process */
     uint64_t sweeps;         /* reverse sweeps so far (matrix.c: which products a sweep reached) */
     ad__record *room_end;    /* the end of the room in the current chunk */
+    ad__record *second_end;  /* room_end while a second-order recording can write, else NULL */
+    uintptr_t aux_shift;     /* a record's second partials' address less its own */
     ad__record *room_base;   /* the current chunk, and its aux: a record's */
     ad_aux *aux_base;        /* second partials sit at the same offset */
     ad_aux **aux;            /* aux[k] beside chunks[k]; kept between calls */

@@ -15,7 +15,8 @@
  * Records are appended in program order, so a group reaches mostly a
  * compact window of IDs below its highest output, plus the inputs.  The
  * pending set is therefore in two parts:
- *   - the window, the WINDOW IDs below the group's highest output: small
+ *   - the window, up to WINDOW IDs below the group's highest output, in its
+ *     chunk (so that their records are one array): small
  *     local arrays, a bit per ID for "reached", so no stamps and no
  *     clearing beyond the bits;
  *   - the store, for the inputs and anything below the window: dense by
@@ -84,7 +85,7 @@ typedef struct window {
 } window;
 
 /* What the row kernel reads on every step, in a struct of its own that is
- * only ever a local of the kernel, so the compiler keeps it in registers:
+ * only ever a local of the kernel, so the compiler can keep it in registers:
  * as fields of the state below, each store into the arrays (which could
  * alias them, for all it knows) would reload them. */
 typedef struct hot {

@@ -31,9 +31,13 @@ size_t ad_block_new(ad_tape *t, size_t size, uint32_t nout, uint32_t nargs, uint
     if (size > SIZE_MAX - at - BLOCK_ALIGN)
         size = SIZE_MAX;  /* fails below */
     size_t end = size == SIZE_MAX ? SIZE_MAX : (at + size + BLOCK_ALIGN - 1) / BLOCK_ALIGN * BLOCK_ALIGN;
+    if (!work)
+        work = 1;
+    /* the capacities tested here first: most blocks fit what is there */
     if (end == SIZE_MAX || !reserve_area(t, end) ||
-        ad_reserve((void **)&t->work, &t->work_cap, work ? work : 1, sizeof *t->work) != AD_OK ||
-        ad_reserve((void **)&t->flags, &t->flags_cap, work ? work : 1, 1) != AD_OK) {
+        (work > t->work_cap &&
+         ad_reserve((void **)&t->work, &t->work_cap, work, sizeof *t->work) != AD_OK) ||
+        (work > t->flags_cap && ad_reserve((void **)&t->flags, &t->flags_cap, work, 1) != AD_OK)) {
         ad_tape_fail(t, AD_ENOMEM);
         return SIZE_MAX;
     }
@@ -60,8 +64,19 @@ uint32_t ad_block_record(ad_tape *t, size_t offset)
         return 0;
     t->no_jvp += !b->kind->jvp && !b->kind->forward;
     t->no_second += !b->kind->second;
-    /* IDs are consecutive even across a chunk boundary. */
-    for (uint32_t j = 1; j <= b->nout; j++)
+    /* With room for all of them (a first-order recording: end is set),
+     * the output slots are written in one loop; else one by one, which
+     * takes the next chunk when this one fills (IDs stay consecutive) and
+     * in a second-order recording writes their second partials. */
+    uint32_t j = 1;
+    if (c->end && (size_t)(c->end - c->cur) >= b->nout) {
+        ad__record *r = c->cur;
+        for (; j <= b->nout; j++, r++)
+            *r = (ad__record){j, AD__OUT, 0.0, 0.0};
+        c->cur = r;
+        c->next += b->nout;
+    }
+    for (; j <= b->nout; j++)
         if (!ad__push_at(c, j, 0.0, AD__OUT, 0.0, AD__OP_LINEAR, 0.0, 0.0, 0.0))
             return 0;
     return hid + 1;

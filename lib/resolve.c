@@ -85,6 +85,14 @@ AD_INLINE void sweep(const ad_tape *t, double *adj, uint32_t top, const size_t L
                 } else if (r->b == AD__BLOCK) {
                     /* its outputs' slots (AD__OUT) above hold its cotangents */
                     ad_block_reverse(t, r, (uint32_t)((size_t)(g - adj) / L) + 1, adj, L);
+                } else {
+                    /* AD__OUT, a distance a above its header: the slots
+                     * between do nothing either, so on to the header (in
+                     * this chunk; the loop goes on below one) */
+                    size_t skip = r->a - 1 < left ? r->a - 1 : left;
+                    r -= skip;
+                    left -= skip;
+                    g -= skip * L;
                 }
                 continue;
             }

@@ -117,6 +117,21 @@ static inline void axpy_short(double *restrict y, const double *restrict c, doub
 #endif
 }
 
+/* y[0..len) += c0[0..len) s0, then += c1[0..len) s1 */
+static inline void axpy2_short(double *restrict y, const double *restrict c0,
+                               const double *restrict c1, double s0, double s1, size_t len)
+{
+    size_t j = 0;
+#ifdef PAIRS
+    pair v0 = {s0, s0}, v1 = {s1, s1};
+    for (; j + 2 <= len; j += 2)
+        *(pair *)(y + j) = *(pair *)(y + j) + *(const pair *)(c0 + j) * v0 +
+                           *(const pair *)(c1 + j) * v1;
+#endif
+    for (; j < len; j++)
+        y[j] = y[j] + c0[j] * s0 + c1[j] * s1;
+}
+
 /* row[l] += yb[0] x[0][l], then yb[1] x[1][l], ... for four products,
  * l in [lo, hi). */
 static inline void add4_short(double *restrict row, const double *const *x, const double *yb,
@@ -449,6 +464,22 @@ static double entry(const ad_mat *M, size_t k)
     return M->a ? M->a[k] : M->ar[k].v;
 }
 
+/* Rows [*lo, *hi) of column l inside the shape (ad__mat_row_range turned
+ * over); empty (lo >= hi) for a column past a lower triangle's rows. */
+static inline void column_range(int shape, size_t l, size_t m, size_t *lo, size_t *hi)
+{
+    *lo = shape == AD__LOWER ? l : 0;
+    *hi = shape == AD__UPPER ? (l + 1 < m ? l + 1 : m) : m;
+}
+
+/* y[lo..hi) += c[lo..hi) s, nothing when lo >= hi. */
+static inline void one_column(double *restrict y, const double *restrict c, double s, size_t lo,
+                              size_t hi)
+{
+    if (lo < hi)
+        axpy_short(y + lo, c + lo, s, hi - lo);
+}
+
 /* y = A x from A's columns, added column after column, so that each y[j]
  * adds its terms in column order as ad__mat_rows does and comes out
  * bitwise the same; but down contiguous columns, which vectorise. */
@@ -456,12 +487,30 @@ static void columns_product(size_t m, size_t n, int shape, const double *restric
                             const double *restrict x, double *restrict y)
 {
     memset(y, 0, m * sizeof *y);
-    for (size_t l = 0; l < n; l++) {
-        /* rows of column l inside the shape (ad__mat_row_range turned over) */
-        size_t lo = shape == AD__LOWER ? l : 0;
-        size_t hi = shape == AD__UPPER ? (l + 1 < m ? l + 1 : m) : m;
-        if (lo < hi)  /* a lower-triangular m x n with n > m has empty columns */
-            axpy_short(y + lo, cm + l * m + lo, x[l], hi - lo);
+    size_t l = 0;
+    /* two columns at a time: rows in both take both terms in one pass,
+     * in column order; the rows of one only, that one's */
+    for (; l + 2 <= n; l += 2) {
+        size_t lo0, hi0, lo1, hi1;
+        column_range(shape, l, m, &lo0, &hi0);
+        column_range(shape, l + 1, m, &lo1, &hi1);
+        size_t clo = lo0 > lo1 ? lo0 : lo1, chi = hi0 < hi1 ? hi0 : hi1;
+        const double *c0 = cm + l * m, *c1 = c0 + m;
+        if (clo >= chi) {  /* no rows in common */
+            one_column(y, c0, x[l], lo0, hi0);
+            one_column(y, c1, x[l + 1], lo1, hi1);
+            continue;
+        }
+        one_column(y, c0, x[l], lo0, clo);
+        one_column(y, c0, x[l], chi, hi0);
+        axpy2_short(y + clo, c0 + clo, c1 + clo, x[l], x[l + 1], chi - clo);
+        one_column(y, c1, x[l + 1], lo1, clo);
+        one_column(y, c1, x[l + 1], chi, hi1);
+    }
+    if (l < n) {
+        size_t lo, hi;
+        column_range(shape, l, m, &lo, &hi);
+        one_column(y, cm + l * m, x[l], lo, hi);
     }
 }
 

@@ -796,6 +796,78 @@ static void test_wrapped_matrices(void **state)
         }
 }
 
+/* A recorded product computes its values down the matrix's columns
+ * (matrix.c), two columns at a time, in pairs of rows; each value must
+ * still be bitwise the row-by-row sum of the double product on the same
+ * values, or shared source would give different values recorded and
+ * plain.  Sizes cover odd and even rows and columns, a 65 x 65 triangle
+ * (the GMM d64 factor), and more columns than rows in a lower triangle
+ * (empty columns), for every shape. */
+typedef struct bitwise_case {
+    size_t m, n;
+    int shape;
+    const double *D, *x;
+    size_t mismatches;
+} bitwise_case;
+
+static ad_real bitwise_objective(const ad_real *z, size_t n, void *ctx)
+{
+    bitwise_case *c = ctx;
+    static ad_real A[65 * 65];  /* one thread */
+    ad_real y[65];
+    double yw[65];
+    ad_mat M, W;
+    (void)n;
+    /* the zeros outside the shape constant, so that they are structural */
+    for (size_t k = 0; k < c->m * c->n; k++)
+        A[k] = c->D[k] == 0.0 ? ad_const(0.0) : z[k];
+    assert_int_equal(ad_mat_make(c->m, c->n, A, &M), AD_OK);
+    assert_int_equal(ad_mat_make(c->m, c->n, c->D, &W), AD_OK);
+    assert_int_equal(M.shape, c->shape);
+    ad_mat_vec(&M, c->x, y);
+    ad_mat_vec(&W, c->x, yw);
+    for (size_t j = 0; j < c->m; j++)
+        c->mismatches += !same_double(y[j].v, yw[j]);
+    return ad_sum(c->m, y);
+}
+
+static void test_recorded_values_bitwise(void **state)
+{
+    static const size_t sizes[][2] = {{1, 1}, {2, 2}, {3, 3}, {4, 5}, {5, 4}, {7, 7}, {8, 3},
+                                      {3, 8}, {11, 11}, {13, 6}, {6, 13}, {65, 65}, {64, 65}};
+    static double D[65 * 65], z[65 * 65], g[65 * 65], x[65];
+    uint64_t rng = 0xb17;
+    (void)state;
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+        for (int shape = AD__FULL; shape <= AD__UPPER; shape++) {
+            size_t m = sizes[s][0], n = sizes[s][1];
+            fill_uniform(&rng, D, m * n, -1.0, 1.0);
+            fill_uniform(&rng, x, n, -3.0, 3.0);
+            for (size_t j = 0; j < m; j++)
+                for (size_t l = 0; l < n; l++)
+                    if ((shape == AD__LOWER && l > j) || (shape == AD__UPPER && l < j))
+                        D[j * n + l] = 0.0;
+            /* a 1 x 1, a single column or row, a diagonal: both shapes
+             * hold, and the recording says LOWER */
+            int want, lower = 1, upper = 1;
+            for (size_t j = 0; j < m; j++)
+                for (size_t l = 0; l < n; l++) {
+                    lower &= l <= j || D[j * n + l] == 0.0;
+                    upper &= l >= j || D[j * n + l] == 0.0;
+                }
+            want = lower ? AD__LOWER : upper ? AD__UPPER : AD__FULL;
+            memcpy(z, D, m * n * sizeof *z);
+            bitwise_case c = {m, n, want, D, x, 0};
+            double fx;
+            assert_int_equal(ad_gradient(bitwise_objective, &c, m * n, z, &fx, g), AD_OK);
+            if (c.mismatches) {
+                print_error("%zu x %zu, shape %d: %zu values differ from the row sums\n", m, n,
+                            want, c.mismatches);
+                fail();
+            }
+        }
+}
+
 /* The double product on a recorded (ad_real) handle reads the entries'
  * values; the wrapped one skips structural zeros. */
 static void test_double_product_forms(void **state)
@@ -2311,6 +2383,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_structural_zeros_skip_inf, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wrapped_matrices, setup, teardown),
         cmocka_unit_test_setup_teardown(test_double_product_forms, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_recorded_values_bitwise, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_products, setup, teardown),
         cmocka_unit_test_setup_teardown(test_matrix_longer_than_a_chunk, setup, teardown),
         cmocka_unit_test_setup_teardown(test_record_counts, setup, teardown),

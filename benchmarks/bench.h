@@ -4,6 +4,7 @@
 #define BENCH_BENCH_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "programs.h"
 #include "timer.h"
@@ -45,6 +46,14 @@ const char *check_gradient(bench_prog p, size_t n, const double *x, size_t input
 
 /* check.c: NULL when the peer's gradient h agrees with dualrev's g. */
 const char *check_agree(const double *g, const double *h, size_t inputs);
+
+/* check.c: deterministic numbers in [lo, lo + width) (xorshift64 from
+ * seed), the inputs of the sections that make their own. */
+void bench_fill(double *v, size_t count, uint64_t seed, double lo, double width);
+
+/* check.c: a and b equal (also as infinities), or within rtol of the
+ * larger in magnitude. */
+int check_close(double a, double b, double rtol);
 
 /* The sections; each prints its table and writes its TSV file. */
 void section_programs(const bench_ctx *b, grad_row *rows, size_t count);

@@ -60,3 +60,19 @@ const char *check_agree(const double *g, const double *h, size_t inputs)
     }
     return NULL;
 }
+
+void bench_fill(double *v, size_t count, uint64_t seed, double lo, double width)
+{
+    uint64_t s = seed;
+    for (size_t i = 0; i < count; i++) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        v[i] = lo + width * ((double)(s >> 11) * 0x1p-53);
+    }
+}
+
+int check_close(double a, double b, double rtol)
+{
+    return a == b || fabs(a - b) <= rtol * fmax(fabs(a), fabs(b));
+}

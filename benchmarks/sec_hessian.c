@@ -196,21 +196,9 @@ static void run_hess(void *ctx, size_t iters)
             j->failed = 1;
 }
 
-/* Deterministic numbers in [lo, lo + width) (xorshift64). */
-static void fill(double *v, size_t count, uint64_t seed, double lo, double width)
-{
-    uint64_t s = seed;
-    for (size_t i = 0; i < count; i++) {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        v[i] = lo + width * ((double)(s >> 11) * 0x1p-53);
-    }
-}
-
 static int agree(double a, double b)
 {
-    return a == b || fabs(a - b) <= AGREE_TOL * fmax(fabs(a), fabs(b));
+    return check_close(a, b, AGREE_TOL);
 }
 
 static double max_abs(const double *v, size_t count)
@@ -358,12 +346,12 @@ static void measure(const bench_plan *plan, hess_row *r, int *hess_reps)
     }
     if (r->o->dense) {
         /* entries of size 1/sqrt(n): A x stays O(1), so softmax is spread */
-        fill(A, n * n, 0xD1B54A32D192ED03u, -1.0 / sqrt((double)n), 2.0 / sqrt((double)n));
-        fill(x, n, 0x9E3779B97F4A7C15u, -1.0, 2.0);
+        bench_fill(A, n * n, 0xD1B54A32D192ED03u, -1.0 / sqrt((double)n), 2.0 / sqrt((double)n));
+        bench_fill(x, n, 0x9E3779B97F4A7C15u, -1.0, 2.0);
     } else {
-        fill(x, n, 0x9E3779B97F4A7C15u, 0.5, 1.0);
+        bench_fill(x, n, 0x9E3779B97F4A7C15u, 0.5, 1.0);
     }
-    fill(v, n, 0x8CB92BA72F3D8DD7u, -1.0, 2.0);
+    bench_fill(v, n, 0x8CB92BA72F3D8DD7u, -1.0, 2.0);
     problem p = {n, A, z};
     job j = {r->o, &p, x, v, g1, hv, H, 0.0, 0};
 

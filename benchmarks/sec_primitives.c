@@ -371,21 +371,9 @@ static void run_plain(void *ctx, size_t iters)
     sink = acc;
 }
 
-/* Deterministic numbers in [lo, lo + width) (xorshift64). */
-static void fill(double *v, size_t count, uint64_t seed, double lo, double width)
-{
-    uint64_t s = seed;
-    for (size_t i = 0; i < count; i++) {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        v[i] = lo + width * ((double)(s >> 11) * 0x1p-53);
-    }
-}
-
 static int agree(double a, double b)
 {
-    return a == b || fabs(a - b) <= AGREE_TOL * fmax(fabs(a), fabs(b));
+    return check_close(a, b, AGREE_TOL);
 }
 
 /* The first index where a and b disagree, or count. */
@@ -436,11 +424,11 @@ static void measure(const bench_plan *plan, prim_row *r)
         exit(1);
     }
     if (p->near_one)
-        fill(x, r->inputs, 0x9E3779B97F4A7C15u, 0.99, 0.02);
+        bench_fill(x, r->inputs, 0x9E3779B97F4A7C15u, 0.99, 0.02);
     else
-        fill(x, r->inputs, 0x9E3779B97F4A7C15u, 0.5, 1.0);
-    fill(c, nc, 0xD1B54A32D192ED03u, 0.5, 1.0);
-    fill(w, r->outputs, 0x8CB92BA72F3D8DD7u, 0.5, 1.0);
+        bench_fill(x, r->inputs, 0x9E3779B97F4A7C15u, 0.5, 1.0);
+    bench_fill(c, nc, 0xD1B54A32D192ED03u, 0.5, 1.0);
+    bench_fill(w, r->outputs, 0x8CB92BA72F3D8DD7u, 0.5, 1.0);
     r->s.c = c;
     r->s.a = 0.75;
 

@@ -387,13 +387,23 @@ static int shape_d(size_t m, size_t n, const double *A)
     return shape;
 }
 
-ad_status ad_mat_wrap(size_t m, size_t n, const double *A, ad_mat *M)
+/* A new handle for an m x n matrix, or AD_EINVAL (NULL M, or no entries
+ * though there are some to have). */
+static ad_status new_handle(size_t m, size_t n, const void *entries, ad_mat *M)
 {
-    if (!M || (m && n && !A))
+    if (!M || (m && n && !entries))
         return ad_fail_recording(AD_EINVAL);
     memset(M, 0, sizeof *M);
     M->rows = m;
     M->cols = n;
+    return AD_OK;
+}
+
+ad_status ad_mat_wrap(size_t m, size_t n, const double *A, ad_mat *M)
+{
+    ad_status s = new_handle(m, n, A, M);
+    if (s != AD_OK)
+        return s;
     M->a = A;
     M->shape = shape_d(m, n, A);
     return AD_OK;
@@ -401,11 +411,9 @@ ad_status ad_mat_wrap(size_t m, size_t n, const double *A, ad_mat *M)
 
 ad_status ad_mat_record(size_t m, size_t n, const ad_real *A, ad_mat *M)
 {
-    if (!M || (m && n && !A))
-        return ad_fail_recording(AD_EINVAL);
-    memset(M, 0, sizeof *M);
-    M->rows = m;
-    M->cols = n;
+    ad_status s = new_handle(m, n, A, M);
+    if (s != AD_OK)
+        return s;
     M->ar = A;
     if (m && n > SIZE_MAX / m)
         return ad_fail_recording(AD_ERANGE);

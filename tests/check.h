@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include <cmocka.h>
 
@@ -138,6 +139,21 @@ static inline void check_all_nan(double fx, const double *grad, size_t n,
 #define assert_all_nan(fx, grad, n) check_all_nan((fx), (grad), (n), __FILE__, __LINE__)
 
 /* ---- vectors and CSR matrices (vector-valued functions) ---- */
+
+/* malloc that fails the test instead of returning NULL (1 byte for 0). */
+static inline void *xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    assert_non_null(p);
+    return p;
+}
+
+/* p[0..n) = v */
+static inline void fill(double *p, size_t n, double v)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = v;
+}
 
 static inline void fill_uniform(uint64_t *state, double *p, size_t n, double lo, double hi)
 {

@@ -50,13 +50,6 @@
 #define CHUNK 65536L
 #define EPS 0x1p-52
 
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    assert_non_null(p);
-    return p;
-}
-
 static double *dalloc(size_t n)
 {
     return xmalloc(n * sizeof(double));

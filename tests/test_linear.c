@@ -24,19 +24,6 @@
 #include "ops_list.h"
 #include "../lib/tape.h"  /* test hooks: ad_test_fail_alloc_after, ad_test_sparse_force_hash */
 
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    assert_non_null(p);
-    return p;
-}
-
-static void fill(double *p, size_t n, double v)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] = v;
-}
-
 /* ======================================================================
  * "mixed": a family of functions R^n -> R^m with Jacobians in closed form.
  * Output j is of kind j % 13; a, b, c are input indices picked from j.

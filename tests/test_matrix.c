@@ -32,13 +32,6 @@
 #include "../lib/tape.h"  /* test hooks: ad_test_fail_alloc_after, ad_test_sparse_force_hash,
                              ad_thread_self (the block area's size) */
 
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    assert_non_null(p);
-    return p;
-}
-
 /* Checks inside objectives: a failed cmocka assertion there would jump
  * out of the recording and leave the thread's tapes busy for the tests
  * that follow, so objectives count failures instead, and every test's

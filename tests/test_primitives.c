@@ -32,13 +32,6 @@
 #define IS_DOUBLE(e) _Generic((e), double: 1, default: 0)
 #define IS_AD(e) _Generic((e), ad_real: 1, default: 0)
 
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    assert_non_null(p);
-    return p;
-}
-
 /* Records of one primitive over k arguments (k > 0, some active). */
 static size_t nary_records(size_t k)
 {

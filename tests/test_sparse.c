@@ -15,19 +15,6 @@
 #include "check.h"
 #include "../lib/tape.h"  /* test hooks: ad_test_fail_alloc_after, ad_test_sparse_force_hash */
 
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    assert_non_null(p);
-    return p;
-}
-
-static void fill(double *p, size_t n, double v)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] = v;
-}
-
 static void assert_all_nan_n(const double *p, size_t n)
 {
     for (size_t i = 0; i < n; i++)

@@ -476,6 +476,15 @@ static void start_group(row_state *rs)
     rs->used = 0;
 }
 
+/* The highest ID among the group's outputs out[0..B). */
+static inline uint32_t group_top(const ad_real *out, size_t B)
+{
+    uint32_t top = 0;
+    for (size_t b = 0; b < B; b++)
+        top = out[b].id > top ? out[b].id : top;
+    return top;
+}
+
 /* The window below top, the group's highest output (none when every
  * output is an input or a constant): at most WINDOW IDs, all in top's
  * chunk, so that its records are one array.  Its bits are all clear. */
@@ -509,10 +518,7 @@ AD_INLINE void resolve_group_in(row_state *rs, const ad_real *out, size_t B, con
     start_group(rs);
     hot h = rs->h;
     h.full = (1u << B) - 1;
-    h.below = 0;
-    for (size_t b = 0; b < B; b++)
-        if (out[b].id > h.below)
-            h.below = out[b].id;
+    h.below = group_top(out, B);
     open_window(&h, h.below);
     for (size_t b = 0; b < B; b++) {
         double e[GROUP] = {0};
@@ -553,10 +559,7 @@ static void resolve_group(row_state *rs, const ad_real *out, size_t B, size_t L)
 static void prefetch_group(const hot *h, const ad_real *out, size_t B)
 {
 #if defined(__GNUC__) || defined(__clang__)
-    uint32_t top = 0;
-    for (size_t b = 0; b < B; b++)
-        if (out[b].id > top)
-            top = out[b].id;
+    uint32_t top = group_top(out, B);
     if (top < h->first)
         return;
     /* 2 records a step: 48 of a line's 64 bytes */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "block.h"
+#include "pair.h"
 
 #define NONE SIZE_MAX
 
@@ -96,19 +97,15 @@ static void mat_second(const ad_tape *t, const ad_block *b, uint32_t hid, const 
  * of the compiler's vectorised loops than in them: these go by pairs of
  * doubles written out, then one more.  Each element gets the same
  * operations in the same order as one at a time. */
-#if defined(__GNUC__) || defined(__clang__)
-#define PAIRS 1
-typedef double pair __attribute__((vector_size(16), aligned(8), may_alias));
-#endif
 
 /* y[0..len) += c[0..len) s */
 static inline void axpy_short(double *restrict y, const double *restrict c, double s, size_t len)
 {
     size_t j = 0;
-#ifdef PAIRS
-    pair sv = {s, s};
+#ifdef AD_PAIRS
+    ad_pair_u sv = {s, s};
     for (; j + 2 <= len; j += 2)
-        *(pair *)(y + j) += *(const pair *)(c + j) * sv;
+        *(ad_pair_u *)(y + j) += *(const ad_pair_u *)(c + j) * sv;
     if (j < len)
         y[j] += c[j] * s;
 #else
@@ -122,11 +119,11 @@ static inline void axpy2_short(double *restrict y, const double *restrict c0,
                                const double *restrict c1, double s0, double s1, size_t len)
 {
     size_t j = 0;
-#ifdef PAIRS
-    pair v0 = {s0, s0}, v1 = {s1, s1};
+#ifdef AD_PAIRS
+    ad_pair_u v0 = {s0, s0}, v1 = {s1, s1};
     for (; j + 2 <= len; j += 2)
-        *(pair *)(y + j) = *(pair *)(y + j) + *(const pair *)(c0 + j) * v0 +
-                           *(const pair *)(c1 + j) * v1;
+        *(ad_pair_u *)(y + j) = *(ad_pair_u *)(y + j) + *(const ad_pair_u *)(c0 + j) * v0 +
+                           *(const ad_pair_u *)(c1 + j) * v1;
 #endif
     for (; j < len; j++)
         y[j] = y[j] + c0[j] * s0 + c1[j] * s1;
@@ -138,12 +135,12 @@ static inline void add4_short(double *restrict row, const double *const *x, cons
                               size_t lo, size_t hi)
 {
     size_t l = lo;
-#ifdef PAIRS
-    pair y0 = {yb[0], yb[0]}, y1 = {yb[1], yb[1]}, y2 = {yb[2], yb[2]}, y3 = {yb[3], yb[3]};
+#ifdef AD_PAIRS
+    ad_pair_u y0 = {yb[0], yb[0]}, y1 = {yb[1], yb[1]}, y2 = {yb[2], yb[2]}, y3 = {yb[3], yb[3]};
     for (; l + 2 <= hi; l += 2)
-        *(pair *)(row + l) = *(pair *)(row + l) + *(const pair *)(x[0] + l) * y0 +
-                             *(const pair *)(x[1] + l) * y1 + *(const pair *)(x[2] + l) * y2 +
-                             *(const pair *)(x[3] + l) * y3;
+        *(ad_pair_u *)(row + l) = *(ad_pair_u *)(row + l) + *(const ad_pair_u *)(x[0] + l) * y0 +
+                             *(const ad_pair_u *)(x[1] + l) * y1 + *(const ad_pair_u *)(x[2] + l) * y2 +
+                             *(const ad_pair_u *)(x[3] + l) * y3;
 #endif
     for (; l < hi; l++)
         row[l] = row[l] + yb[0] * x[0][l] + yb[1] * x[1][l] + yb[2] * x[2][l] + yb[3] * x[3][l];

@@ -12,32 +12,24 @@
 #include <string.h>
 
 #include "block.h"
+#include "pair.h"
 
-/* p[0..L) += z[0..L) * w.  Lanes go in pairs where the compiler has
- * vector types (compilers do not pair them on their own here); adj is
+/* p[0..L) += z[0..L) * w, by pairs of lanes where it can (pair.h); adj is
  * 64-byte aligned, so a pair of lanes at p is 16-byte aligned. */
-#if defined(__GNUC__) || defined(__clang__)
-typedef double pair __attribute__((vector_size(16)));
-
 AD_INLINE void axpy(double *p, const double *z, double w, const size_t L)
 {
-    if (L % 2) {
-        for (size_t l = 0; l < L; l++)
-            p[l] += z[l] * w;
+#ifdef AD_PAIRS
+    if (L % 2 == 0) {
+        for (size_t l = 0; l < L; l += 2) {
+            ad_pair zp = {z[l], z[l + 1]};
+            *(ad_pair *)(p + l) += zp * w;
+        }
         return;
     }
-    for (size_t l = 0; l < L; l += 2) {
-        pair zp = {z[l], z[l + 1]};
-        *(pair *)(p + l) += zp * w;
-    }
-}
-#else
-AD_INLINE void axpy(double *p, const double *z, double w, const size_t L)
-{
+#endif
     for (size_t l = 0; l < L; l++)
         p[l] += z[l] * w;
 }
-#endif
 
 /* adj[r's arguments] += z * partials, for every lane.  The record is read
  * before anything is stored into adj, which could alias its partials. */

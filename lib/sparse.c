@@ -16,9 +16,10 @@
  * compact window of IDs below its highest output, plus the inputs.  The
  * pending set is therefore in two parts:
  *   - the window, up to WINDOW IDs below the group's highest output, in its
- *     chunk (so that their records are one array): small
- *     local arrays, a bit per ID for "reached", so no stamps and no
- *     clearing beyond the bits;
+ *     chunk (so that their records are one array): small local arrays,
+ *     walked downwards position by position like the dense reverse sweep,
+ *     and made ready lazily down to the lowest position reached, so a
+ *     group pays only for the span it uses;
  *   - the store, for the inputs and anything below the window: dense by
  *     default, a value per ID valid where a tag says this group set it (so
  *     nothing is cleared between groups), and the pending IDs in a
@@ -30,6 +31,7 @@
 #include <string.h>
 
 #include "block.h"
+#include "pair.h"
 
 /* uthash must not exit() when memory runs out: it reports, and we return
  * AD_ENOMEM.  Its tables come from our allocator. */
@@ -78,10 +80,11 @@ typedef struct ids {
 /* IDs below a group's highest output that the window covers. */
 #define WINDOW 1024
 
+/* Lanes are 16-bit, not bytes, which could alias anything and make the
+ * compiler reload the kernel's state after every store into them. */
 typedef struct window {
-    uint64_t bits[WINDOW / 64];    /* reached by the group */
-    uint32_t lanes[WINDOW];        /* by which lanes */
-    double val[WINDOW * GROUP];    /* L cotangents per ID */
+    uint16_t lanes[WINDOW];        /* the lanes that reached each position */
+    double val[WINDOW * GROUP];    /* L cotangents per position */
 } window;
 
 /* What the row kernel reads on every step, in a struct of its own that is
@@ -92,7 +95,6 @@ typedef struct hot {
     ad__record *const *chunks; /* the tape's */
     uint32_t first;            /* the tape's first record ID */
     uint32_t n;                /* inputs: IDs 1..n */
-    unsigned full;             /* the lanes of the group's rows */
     uint32_t epoch;            /* dense: the group's number */
     double *val;               /* dense: L cotangents per ID */
     uint32_t *tag;             /* dense: epoch << LANE_BITS | lanes that reached the ID */
@@ -102,8 +104,7 @@ typedef struct hot {
     window *win;
     uint32_t wlo, whi;         /* the window's IDs; wlo is UINT32_MAX without one */
     const ad__record *wrec;    /* the window's records: wlo's, then on in one chunk */
-    size_t wleft;              /* window positions not yet taken: [0, wleft) */
-    size_t wpending;           /* window positions reached and not yet taken */
+    size_t wready;             /* positions [wready, whi - wlo] are set up for this group */
 } hot;
 
 typedef struct row_state {
@@ -240,96 +241,130 @@ static pend_entry *hash_new(row_state *rs, uint32_t id)
  * The functions below are inlined with L and `hashed` constants, one copy
  * per lane count and store. */
 
-typedef struct cell {
-    double *v;
-    uint32_t *lanes;  /* dense: the tag, whose low bits are the lanes */
-} cell;
-
-/* The cell of id in this group, made if new (*fresh), NULL without memory. */
-AD_INLINE cell find_cell(row_state *rs, hot *h, uint32_t id, int *fresh, const size_t L,
-                         const int hashed)
+/* A cell starts at -0 in every lane, the identity of addition (-0 + x is x
+ * for every x, -0 and NaN included), so a lane's first contribution is its
+ * value exactly, as in a resolve of that row alone: +0 would turn a first
+ * -0 into +0. */
+AD_INLINE void cell_clear(double *v, const size_t L)
 {
+#ifdef AD_PAIRS
+    if (L == 2) {  /* one store, which the cell's first load can take from */
+        *(ad_pair_u *)v = (ad_pair_u){-0.0, -0.0};
+        return;
+    }
+#endif
+    for (size_t l = 0; l < L; l++)
+        v[l] = -0.0;
+}
+
+/* The cotangents of id in this group, set up if new (*fresh), and through
+ * *lanes where the group's lanes that reached it are kept; NULL without
+ * memory.  Dense, the lanes are the tag's low bits. */
+AD_INLINE double *find_cell(row_state *rs, hot *h, uint32_t id, int *fresh, uint32_t **lanes,
+                            const size_t L, const int hashed)
+{
+    double *v;
     if (!hashed) {
         uint32_t *tag = &h->tag[id];
         *fresh = (*tag >> LANE_BITS) != h->epoch;
         if (*fresh)
             *tag = h->epoch << LANE_BITS;
-        return (cell){h->val + (size_t)id * L, tag};
+        *lanes = tag;
+        v = h->val + (size_t)id * L;
+    } else {
+        pend_entry *e;
+        HASH_FIND(hh, rs->map, &id, sizeof(uint32_t), e);
+        *fresh = !e;
+        if (!e && !(e = hash_new(rs, id)))
+            return NULL;
+        *lanes = &e->lanes;
+        v = e->val;
     }
-    pend_entry *e;
-    HASH_FIND(hh, rs->map, &id, sizeof(uint32_t), e);
-    *fresh = !e;
-    if (!e && !(e = hash_new(rs, id)))
-        return (cell){NULL, NULL};
-    return (cell){e->val, &e->lanes};
+    if (*fresh)
+        cell_clear(v, L);
+    return v;
 }
 
-/* The cell of id where the group has reached it, else {NULL}. */
+/* Where the group reached id: its cotangents and lanes (v NULL if none). */
+typedef struct cell {
+    const double *v;
+    unsigned lanes;
+} cell;
+
 AD_INLINE cell reached(row_state *rs, const hot *h, uint32_t id, const size_t L, const int hashed)
 {
+    cell none = {NULL, 0};
     if (id >= h->wlo) {
         size_t k = id - h->wlo;
-        return id <= h->whi && (h->win->bits[k >> 6] >> (k & 63) & 1)
-                   ? (cell){h->win->val + k * L, &h->win->lanes[k]}
-                   : (cell){NULL, NULL};
+        return id <= h->whi && k >= h->wready && h->win->lanes[k]
+                   ? (cell){h->win->val + k * L, h->win->lanes[k]}
+                   : none;
     }
     if (!hashed)
         return h->tag[id] >> LANE_BITS == h->epoch
-                   ? (cell){h->val + (size_t)id * L, &h->tag[id]}
-                   : (cell){NULL, NULL};
+                   ? (cell){h->val + (size_t)id * L, h->tag[id] & LANE_MASK}
+                   : none;
     pend_entry *e;
     HASH_FIND(hh, rs->map, &id, sizeof(uint32_t), e);
-    return e ? (cell){e->val, &e->lanes} : (cell){NULL, NULL};
+    return e ? (cell){e->val, e->lanes} : none;
 }
 
-/* v[l] += z[l] * w for the lanes l in M, or v[l] = z[l] * w where lane l
- * is new to the cell (not in `had`); the other lanes are left alone.  So
- * each row gets exactly the operations of a resolve of its own: a lane
- * outside M holds 0 in z, but 0 x Inf is NaN, and a lane's first value is
- * set, not added to 0, which would turn a -0 into +0. */
-AD_INLINE void lanes_add(double *v, const double *z, double w, unsigned M, unsigned had,
-                         unsigned full, const size_t L)
+/* v[l] += z[l] * w for the lanes l in M; the other lanes are left alone,
+ * so each row gets exactly the operations of a resolve of its own: a lane
+ * outside M holds -0 in z, and 0 x Inf would be NaN.  A pair is computed
+ * whole and the lanes outside M put back: no branch on M, and one store,
+ * which the next load of the cell can take from (two single stores would
+ * make it wait for both to reach the cache). */
+AD_INLINE void lanes_add(double *v, const double *z, double w, unsigned M, const size_t L)
 {
-    if (M == full && had == full) {
-        for (size_t l = 0; l < L; l++)
-            v[l] += z[l] * w;
-    } else if (M == full && !had) {
-        for (size_t l = 0; l < L; l++)
-            v[l] = z[l] * w;
-    } else {
-        for (size_t l = 0; l < L; l++)
-            if (M >> l & 1)
-                v[l] = had >> l & 1 ? v[l] + z[l] * w : z[l] * w;
+#ifdef AD_PAIRS
+    if (L == 2) {
+        static const ad_pair_mask keep[4] = {{0, 0}, {-1, 0}, {0, -1}, {-1, -1}};
+        ad_pair_u old = *(ad_pair_u *)v, sum = old + *(const ad_pair_u *)z * w;
+        *(ad_pair_u *)v = (ad_pair_u)(((ad_pair_mask)sum & keep[M]) | ((ad_pair_mask)old & ~keep[M]));
+        return;
     }
+#endif
+    for (size_t l = 0; l < L; l++)
+        if (M >> l & 1)
+            v[l] += z[l] * w;
 }
 
-/* Stage into window position k: no branch on whether it is new, which
- * the window's dense runs make a coin toss. */
+/* Sets up window positions [k rounded down to 8, wready): no lanes, -0
+ * cotangents.  Positions below every one staged are never read, so a
+ * group sets up only the span it reaches. */
+AD_INLINE void window_ready(hot *h, size_t k, const size_t L)
+{
+    size_t lo = k & ~(size_t)7;
+    for (size_t p = lo; p < h->wready; p++) {
+        h->win->lanes[p] = 0;
+        cell_clear(h->win->val + p * L, L);
+    }
+    h->wready = lo;
+}
+
 AD_INLINE void window_stage(hot *h, size_t k, const double *z, double w, unsigned M, const size_t L)
 {
-    window *win = h->win;
-    uint64_t bit = (uint64_t)1 << (k & 63), word = win->bits[k >> 6];
-    unsigned had = word & bit ? win->lanes[k] : 0u;
-    win->bits[k >> 6] = word | bit;
-    win->lanes[k] = had | M;
-    lanes_add(win->val + k * L, z, w, M, had, h->full, L);
-    h->wpending += !had;
+    if (k < h->wready)
+        window_ready(h, k, L);
+    h->win->lanes[k] |= (uint16_t)M;
+    lanes_add(h->win->val + k * L, z, w, M, L);
 }
 
-/* The highest reached window position not yet taken, through *k; 0 when
- * there is none.  wleft is then the lowest position reached. */
-AD_INLINE int window_pop(hot *h, size_t *k)
+/* The highest position below k (and at or above wready) that the group
+ * reached, or wready - 1 (SIZE_MAX for 0) when there is none.  A run of
+ * unreached positions is passed four at a time. */
+AD_INLINE size_t window_next(const hot *h, size_t k)
 {
-    if (!h->wpending)
-        return 0;
-    size_t pos = h->wleft - 1, w = pos >> 6;
-    uint64_t word = h->win->bits[w] & up_to(pos & 63);
-    while (!word)
-        word = h->win->bits[--w];
-    *k = (w << 6) + top_bit(word);
-    h->wleft = *k;
-    h->wpending--;
-    return 1;
+    const uint16_t *lanes = h->win->lanes;
+    while (k > h->wready) {
+        if (lanes[--k])
+            return k;
+        uint64_t four;
+        while (k - h->wready >= 4 && (memcpy(&four, lanes + k - 4, sizeof four), !four))
+            k -= 4;
+    }
+    return k - 1;
 }
 
 /* Stage a call of record (or input) id with cotangents z * w, from lanes M. */
@@ -343,13 +378,14 @@ AD_INLINE void stage(row_state *rs, hot *h, uint32_t id, const double *z, double
     if (!id)  /* a constant */
         return;
     int fresh;
-    cell c = find_cell(rs, h, id, &fresh, L, hashed);
-    if (!c.v) {
+    uint32_t *lanes;
+    double *v = find_cell(rs, h, id, &fresh, &lanes, L, hashed);
+    if (!v) {
         rs->status = AD_ENOMEM;
         return;
     }
-    lanes_add(c.v, z, w, M, *c.lanes & LANE_MASK, h->full, L);
-    *c.lanes |= M;
+    lanes_add(v, z, w, M, L);
+    *lanes |= M;
     if (!fresh)
         return;
     if (id <= h->n) {
@@ -382,7 +418,7 @@ AD_INLINE void expand_block(row_state *rs, hot *h, const ad__record *r, uint32_t
             continue;
         for (uint32_t j = 0; j < b->nout; j++) {
             cell c = reached(rs, h, id + 1 + j, L, hashed);
-            outs[j] = c.v && (*c.lanes >> l & 1);
+            outs[j] = c.v && (c.lanes >> l & 1);
             ybar[j] = outs[j] ? c.v[l] : 0.0;
         }
         const double *xbar = ad_block_pullback(rs->t, b, ybar);
@@ -426,15 +462,15 @@ AD_INLINE void expand(row_state *rs, hot *h, uint32_t id, const ad__record *r, c
     }
 }
 
-/* Expands a cell's record: copies its cotangents first, as staging writes
- * into other cells. */
-AD_INLINE void expand_cell(row_state *rs, hot *h, uint32_t id, const ad__record *r, cell c,
-                           const size_t L, const int hashed)
+/* Expands the record id, r, reached by lanes M with cotangents at v: they
+ * are copied first, as staging writes into other cells. */
+AD_INLINE void expand_cell(row_state *rs, hot *h, uint32_t id, const ad__record *r,
+                           const double *v, unsigned M, const size_t L, const int hashed)
 {
     double z[GROUP];
     for (size_t l = 0; l < L; l++)
-        z[l] = c.v[l];
-    expand(rs, h, id, r, z, *c.lanes & LANE_MASK, L, hashed);
+        z[l] = v[l];
+    expand(rs, h, id, r, z, M, L, hashed);
 }
 
 static int by_id(const void *a, const void *b)
@@ -443,19 +479,27 @@ static int by_id(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Groups usually reach a few inputs: insertion sort, qsort for many. */
+/* Groups usually reach a few inputs: insertion sort, qsort for many.  The
+ * walk down the tape tends to find inputs from the highest down, so the
+ * sort takes them from the last found: mostly ascending, little to move. */
 static void sort_ids(ids *v)
 {
     if (v->len > 32) {
         qsort(v->p, v->len, sizeof *v->p, by_id);
         return;
     }
+    uint32_t *p = v->p;
+    for (size_t i = 0, j = v->len; i + 1 < j; i++, j--) {
+        uint32_t x = p[i];
+        p[i] = p[j - 1];
+        p[j - 1] = x;
+    }
     for (size_t i = 1; i < v->len; i++) {
-        uint32_t x = v->p[i];
+        uint32_t x = p[i];
         size_t j = i;
-        for (; j && v->p[j - 1] > x; j--)
-            v->p[j] = v->p[j - 1];
-        v->p[j] = x;
+        for (; j && p[j - 1] > x; j--)
+            p[j] = p[j - 1];
+        p[j] = x;
     }
 }
 
@@ -487,11 +531,11 @@ static inline uint32_t group_top(const ad_real *out, size_t B)
 
 /* The window below top, the group's highest output (none when every
  * output is an input or a constant): at most WINDOW IDs, all in top's
- * chunk, so that its records are one array.  Its bits are all clear. */
+ * chunk, so that its records are one array.  None of it is set up yet. */
 AD_INLINE void open_window(hot *h, uint32_t top)
 {
     h->wlo = UINT32_MAX;
-    h->wleft = h->wpending = 0;
+    h->wready = 0;
     if (top < h->first)
         return;
     size_t k = top - h->first, in_chunk = k & (AD_CHUNK - 1);
@@ -499,17 +543,7 @@ AD_INLINE void open_window(hot *h, uint32_t top)
     h->whi = top;
     h->wlo = top - (uint32_t)below;
     h->wrec = record_at(h, h->wlo);
-    h->wleft = below + 1;
-}
-
-/* Clears the bits the group set: it reached nothing below wleft, the last
- * position taken. */
-AD_INLINE void close_window(hot *h)
-{
-    if (h->wlo == UINT32_MAX)
-        return;
-    size_t from = h->wleft >> 6, to = (size_t)(h->whi - h->wlo) >> 6;
-    memset(h->win->bits + from, 0, (to - from + 1) * sizeof *h->win->bits);
+    h->wready = below + 1;
 }
 
 AD_INLINE void resolve_group_in(row_state *rs, const ad_real *out, size_t B, const size_t L,
@@ -517,7 +551,6 @@ AD_INLINE void resolve_group_in(row_state *rs, const ad_real *out, size_t B, con
 {
     start_group(rs);
     hot h = rs->h;
-    h.full = (1u << B) - 1;
     h.below = group_top(out, B);
     open_window(&h, h.below);
     for (size_t b = 0; b < B; b++) {
@@ -525,17 +558,20 @@ AD_INLINE void resolve_group_in(row_state *rs, const ad_real *out, size_t B, con
         e[b] = 1.0;
         stage(rs, &h, out[b].id, e, 1.0, 1u << b, L, hashed);
     }
-    size_t k;
-    while (rs->status == AD_OK && window_pop(&h, &k))
-        expand_cell(rs, &h, h.wlo + (uint32_t)k, h.wrec + k,
-                    (cell){h.win->val + k * L, &h.win->lanes[k]}, L, hashed);
+    /* Staging only ever reaches lower IDs, so the walk down the window
+     * ends at the lowest position set up. */
+    if (h.wlo != UINT32_MAX)
+        for (size_t k = h.whi - h.wlo + 1; (k = window_next(&h, k)) + 1 > h.wready
+                                           && rs->status == AD_OK;)
+            expand_cell(rs, &h, h.wlo + (uint32_t)k, h.wrec + k, h.win->val + k * L,
+                        h.win->lanes[k], L, hashed);
     while ((hashed ? rs->heap.len : h.pending) && rs->status == AD_OK) {
         uint32_t id = hashed ? heap_pop(&rs->heap) : bits_pop(&h);
         int fresh;
-        expand_cell(rs, &h, id, record_at(&h, id), find_cell(rs, &h, id, &fresh, L, hashed), L,
-                    hashed);
+        uint32_t *lanes;
+        double *v = find_cell(rs, &h, id, &fresh, &lanes, L, hashed);
+        expand_cell(rs, &h, id, record_at(&h, id), v, *lanes & LANE_MASK, L, hashed);
     }
-    close_window(&h);
     rs->h = h;
     sort_ids(&rs->cols);
 }
@@ -621,7 +657,7 @@ static ad_status append_rows(row_state *rs, csr_out *o, size_t j0, size_t B, siz
         cell c = rs->hashed ? reached(rs, &rs->h, rs->cols.p[k], GROUP, 1)
                             : reached(rs, &rs->h, rs->cols.p[k], L, 0);
         for (size_t b = 0; b < B; b++)
-            need += *c.lanes >> b & 1;
+            need += c.lanes >> b & 1;
     }
     if (!csr_room(o, J->nnz + need))
         return AD_ENOMEM;
@@ -630,7 +666,7 @@ static ad_status append_rows(row_state *rs, csr_out *o, size_t j0, size_t B, siz
         for (size_t k = 0; k < rs->cols.len; k++) {
             uint32_t id = rs->cols.p[k];
             cell c = rs->hashed ? reached(rs, &rs->h, id, GROUP, 1) : reached(rs, &rs->h, id, L, 0);
-            if (!(*c.lanes >> b & 1))
+            if (!(c.lanes >> b & 1))
                 continue;
             J->col[J->nnz] = id - 1;
             J->val[J->nnz] = c.v[b];
@@ -717,8 +753,6 @@ static ad_status build(ad_tape *t, size_t n, size_t m, ad_csr *J)
     J->cols = n;
     J->row_ptr = ad_alloc((m + 1) * sizeof *J->row_ptr);
     rs.h.win = ad_alloc(sizeof *rs.h.win);
-    if (rs.h.win)
-        memset(rs.h.win->bits, 0, sizeof rs.h.win->bits);
     ad_status s = J->row_ptr && rs.h.win ? AD_OK : AD_ENOMEM;
     if (s == AD_OK && t->sparse_nnz && !csr_resize(&o, t->sparse_nnz))
         s = AD_ENOMEM;

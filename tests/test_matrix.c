@@ -30,7 +30,8 @@
 #include "check.h"
 #include "workers.h"
 #include "../lib/tape.h"  /* test hooks: ad_test_fail_alloc_after, ad_test_sparse_force_hash,
-                             ad_thread_self (the block area's size) */
+                             ad_test_matrix_terms_left_out, ad_thread_self (the block
+                             area's size) */
 
 /* Checks inside objectives: a failed cmocka assertion there would jump
  * out of the recording and leave the thread's tapes busy for the tests
@@ -859,6 +860,80 @@ static void test_recorded_values_bitwise(void **state)
                 fail();
             }
         }
+}
+
+/* A matrix's cotangents are added up when the sweep reaches it, and
+ * products whose terms are far below an entry (subnormal, in a mixture
+ * model) are left out where they cannot change it (matrix.c, TINY and
+ * FIRM).  So every entry must still be bitwise the sum, latest product
+ * first, of w_kj x_kl: here f = sum_k w_k . (A x_k), with weights per
+ * product at normal, small, subnormal and zero scales, over batches of four
+ * products and a partial one.  Row 3 is near 2^-950, where terms near
+ * 2^-1000 still count; rows 5 and 6 get only subnormal terms, which all
+ * count; row 4 is infinite from the first product on. */
+#define SKIP_K 12
+
+typedef struct skip_case {
+    size_t m, n;
+    const double *x, *w;  /* K n points; K m weights */
+} skip_case;
+
+static ad_real skip_objective(const ad_real *z, size_t nz, void *ctx)
+{
+    const skip_case *c = ctx;
+    ad_real y[8], f = ad_const(0.0);
+    ad_mat M;
+    (void)nz;
+    assert_int_equal(ad_mat_record(c->m, c->n, z, &M), AD_OK);
+    for (size_t k = 0; k < SKIP_K; k++) {
+        ad_mat_vec(&M, c->x + k * c->n, y);
+        f = ad_add(f, ad_dot(c->m, y, c->w + k * c->m));
+    }
+    return f;
+}
+
+static void test_tiny_terms_exact(void **state)
+{
+    enum { M = 7, N = 6 };
+    static const double scale[SKIP_K] = {1.0,    1e-310, 0.0,    1e-300, 4e-320, 1.0,
+                                         1e-315, 5e-324, 1e-308, 1e-15,  1e-312, 1e-200};
+    double x[SKIP_K * N], w[SKIP_K * M], z[M * N], g[M * N], want[M * N];
+    uint64_t rng = 0x71e;
+    (void)state;
+    fill_uniform(&rng, z, M * N, -1.0, 1.0);
+    fill_uniform(&rng, x, SKIP_K * N, -4.0, 4.0);
+    for (size_t k = 0; k < SKIP_K; k++) {
+        if (k >= 6)
+            x[k * N + 2] = 0.0;
+        for (size_t j = 0; j < M; j++) {
+            double r = rng_next(&rng) % 2 ? 1.0 : -1.0;
+            double base = j >= 5 ? 1e-318 : j == 3 ? scale[k] * 1e-286 : scale[k];
+            w[k * M + j] = base * r * (1.0 + (double)j / 8.0);
+        }
+    }
+    x[3 * N + 1] = -0.0;
+    w[0 * M + 4] = INFINITY;  /* row 4: Inf first, then tiny terms */
+    for (size_t e = 0; e < M * N; e++) {
+        size_t j = e / N, l = e % N;
+        double acc = 0.0;
+        for (size_t k = SKIP_K; k-- > 0;)  /* latest product first */
+            acc = acc + w[k * M + j] * x[k * N + l];
+        want[e] = 0.0 + acc;  /* the entry's input slot starts at 0 */
+    }
+    skip_case c = {M, N, x, w};
+    double fx;
+    ad_test_matrix_terms_left_out();
+    assert_int_equal(ad_gradient(skip_objective, &c, M * N, z, &fx, g), AD_OK);
+    assert_true(ad_test_matrix_terms_left_out() >= 10);  /* the case this test is for */
+    size_t subnormal = 0;
+    for (size_t e = 0; e < M * N; e++) {
+        subnormal += want[e] != 0.0 && fabs(want[e]) < 0x1p-1022;
+        if (!same_double(g[e], want[e])) {
+            print_error("entry %zu: %a, want %a\n", e, g[e], want[e]);
+            fail();
+        }
+    }
+    assert_true(subnormal >= 2 * N - 2);  /* rows 5 and 6: the tiny terms were added */
 }
 
 /* The double product on a recorded (ad_real) handle reads the entries'
@@ -2377,6 +2452,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_wrapped_matrices, setup, teardown),
         cmocka_unit_test_setup_teardown(test_double_product_forms, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recorded_values_bitwise, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tiny_terms_exact, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_products, setup, teardown),
         cmocka_unit_test_setup_teardown(test_matrix_longer_than_a_chunk, setup, teardown),
         cmocka_unit_test_setup_teardown(test_record_counts, setup, teardown),

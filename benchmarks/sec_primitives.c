@@ -231,6 +231,43 @@ static void matvec_rr_plain(const double *x, size_t inputs, const shape *s, doub
     ad_matvec(s->m, s->n, x, x + s->m * s->n, y);
 }
 
+/* |A v|^2, A an m x n matrix of ad_real recorded once (ad_mat_record);
+ * inputs A row by row, then v */
+static ad_real mat_sqnorm_prim(const ad_real *x, size_t inputs, void *ctx)
+{
+    (void)inputs;
+    const shape *s = ctx;
+    ad_mat M;
+    ad_real r;
+    ad_mat_make(s->m, s->n, x, &M);
+    ad_mat_sqnorm(&M, x + s->m * s->n, &r);
+    return r;
+}
+
+static ad_real mat_sqnorm_unrl(const ad_real *x, size_t inputs, void *ctx)
+{
+    (void)inputs;
+    const shape *s = ctx;
+    const ad_real *v = x + s->m * s->n;
+    ad_real sum = ad_const(0.0);
+    for (size_t j = 0; j < s->m; j++) {
+        const ad_real *row = x + j * s->n;
+        ad_real acc = ad_mul(row[0], v[0]);
+        for (size_t i = 1; i < s->n; i++)
+            acc = ad_add(acc, ad_mul(row[i], v[i]));
+        sum = ad_add(sum, ad_mul(acc, acc));
+    }
+    return sum;
+}
+
+static void mat_sqnorm_plain(const double *x, size_t inputs, const shape *s, double *y)
+{
+    (void)inputs;
+    ad_mat W;
+    ad_mat_wrap(s->m, s->n, x, &W);
+    ad_mat_sqnorm(&W, x + s->m * s->n, &y[0]);
+}
+
 /* y + a x, a constant; inputs x[0..n), then y[0..n) */
 static void axpy_prim(const ad_real *x, size_t inputs, ad_real *y, size_t outputs, void *ctx)
 {
@@ -283,6 +320,7 @@ static const prim prims[] = {
     {"ad_matvec_r", MAT_CONST, 1, 0, {0}, {matvec_prim, matvec_unrl}, matvec_plain},
     {"ad_matvec_rr", MAT_AD, 1, 0, {0}, {matvec_rr_prim, matvec_rr_unrl}, matvec_rr_plain},
     {"ad_axpy_r", VEC2, 1, 0, {0}, {axpy_prim, axpy_unrl}, axpy_plain},
+    {"ad_mat_sqnorm_rr", MAT_AD, 0, 0, {mat_sqnorm_prim, mat_sqnorm_unrl}, {0}, mat_sqnorm_plain},
 };
 
 /* The sizes: a vector length n, or a square matrix's side m = n. */
@@ -299,6 +337,7 @@ typedef struct prim_row {
     shape s;
     size_t inputs, outputs;
     size_t records[2];  /* primitive, unrolled: one call's records */
+    size_t blocks[2];   /* and the bytes kept beside them (recorded matrices) */
     size_t rec_bytes;
     bench_time plain, grad[2];
     const char *check;
@@ -321,7 +360,7 @@ static const char *fmt_size(char buf[24], const prim_row *r)
 
 static double tape_bytes(const prim_row *r, int k)
 {
-    return (double)(r->records[k] * r->rec_bytes);
+    return (double)(r->records[k] * r->rec_bytes + r->blocks[k]);
 }
 
 /* Tape plus the cotangent array, one double per ID (0, the inputs and the
@@ -444,6 +483,7 @@ static void measure(const bench_plan *plan, prim_row *r)
             r->check = k ? "FAIL: unrolled gradient failed" : "FAIL: primitive's gradient failed";
         } else {
             r->records[k] = ts.records;
+            r->blocks[k] = ts.block_bytes;
             r->rec_bytes = ts.record_bytes;
         }
     }
@@ -503,8 +543,8 @@ static void print_header(const bench_plan *plan)
            "axpy, whose outputs are vectors)\n");
     printf("unrl: the same function as a loop of ad_add/ad_mul/ad_exp/... (logsumexp shifted by "
            "its max); up = unrl / prim\n");
-    printf("tape: records x 24 B for one call; peak: tape + cotangents (8 B per input and per "
-           "record)\n");
+    printf("tape: records x 24 B for one call, and the data a recorded matrix keeps beside "
+           "them; peak: tape + cotangents (8 B per input and per record)\n");
     printf("%-14s %9s %8s | %9s %9s | %9s %9s | %9s %9s %9s %6s | %7s %7s | %s\n", "primitive",
            "size", "inputs", "tape prim", "tape unrl", "peak prim", "peak unrl", "plain", "prim",
            "unrl", "up", "prim/pl", "unrl/pl", "check");
@@ -539,7 +579,7 @@ static void write_row(FILE *f, const prim_row *r)
 
 int section_primitives(const bench_ctx *b, size_t max_n)
 {
-    /* 27 rows of three timings each: batches of half --min-ms keep the
+    /* 30 rows of three timings each: batches of half --min-ms keep the
      * section near 15 s with the default settings. */
     bench_plan plan = {b->plan.reps, b->plan.min_rep_ns / 2.0};
     print_header(&plan);

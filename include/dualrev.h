@@ -181,6 +181,8 @@ typedef struct ad_tape_stats {
     size_t record_bytes;   /* bytes per record (and 12 per argument) */
     size_t tape_bytes;     /* bytes reserved for records */
     size_t adjoint_bytes;  /* bytes reserved for cotangents */
+    size_t block_bytes;    /* bytes the last recording keeps beside its records: the data of
+                              recorded matrices, products and external functions */
 } ad_tape_stats;
 
 AD_API ad_status ad_tape_stats_get(ad_tape_stats *out);

@@ -5,7 +5,9 @@
  * product block y = M x keeps x (values, and IDs when x is active) and
  * takes M's entries as a run of arguments, so it stores O(n), not O(m n);
  * its sweeps work in place on the cotangent or tangent array, row by row,
- * over the entries inside M's shape only. */
+ * over the entries inside M's shape only.  A norm block s = |M x|^2 is a
+ * product with one output: it keeps y = M x beside x, and its rules are the
+ * product's with ybar = 2 sbar y. */
 #include <math.h>
 #include <string.h>
 
@@ -33,7 +35,8 @@ typedef struct product {
     uint32_t entry0; /* the matrix's first entry ID (= base.run) */
     int shape;
     int x_active;
-    /* then: double x[cols], ybar[rows]; uint32_t ids[cols] if x_active */
+    int norm;        /* one output, |M x|^2 */
+    /* then: double x[cols], ybar[rows], y[rows] if norm; uint32_t ids[cols] if x_active */
 } product;
 
 static const double *mat_values(const matrix *A)
@@ -55,6 +58,19 @@ static const double *prod_x(const product *p)
 static double *prod_ybar(const product *p)
 {
     return (double *)(void *)(p + 1) + p->cols;
+}
+
+/* A norm block's y = M x. */
+static const double *prod_y(const product *p)
+{
+    return prod_ybar(p) + p->rows;
+}
+
+/* Row j's ybar from the outputs' cotangents out[0..): for a norm, 2 sbar y_j
+ * as the square norm's record would add it to y_j's cotangent (from 0). */
+static inline double row_ybar(const product *p, const double *out, size_t stride, size_t j)
+{
+    return p->norm ? 0.0 + out[0] * (2.0 * prod_y(p)[j]) : out[j * stride];
 }
 
 static const double *prod_a(const ad_tape *t, const product *p)
@@ -154,9 +170,12 @@ static inline void add4_short(double *restrict row, const double *const *x, cons
  * subnormal product or sum costs the processor a microcode assist of about
  * a hundred cycles: in a mixture model, far from a component, the
  * softmax weight and every cotangent below it are subnormal.  A NaN or an
- * infinity is never TINY, and an entry of 0 or -0 is never FIRM. */
+ * infinity is never TINY, and an entry of 0 or -0 is never FIRM.  Only a
+ * ybar_j under SMALL (and not 0, whose terms are zeros, no slower than
+ * others) is tested, so max|x| is found only for products that have one. */
 #define TINY 0x1p-1023
 #define FIRM 0x1p-960
+#define SMALL 0x1p-900
 
 static _Thread_local size_t terms_left_out;
 
@@ -200,7 +219,7 @@ static size_t add_outer(const matrix *B, double *abar, const product *const *p, 
     double yb[PRODUCTS], xmax[PRODUCTS];
     for (size_t k = 0; k < np; k++) {
         x[k] = prod_x(p[k]);
-        xmax[k] = max_abs(x[k], n);
+        xmax[k] = -1.0;  /* not found yet */
     }
     for (size_t j = 0; j < B->rows; j++) {
         double *row = abar + j * n;
@@ -208,7 +227,12 @@ static size_t add_outer(const matrix *B, double *abar, const product *const *p, 
         row_range(B->shape, j, n, &lo, &hi);
         for (size_t k = 0; k < np; k++) {
             yb[k] = prod_ybar(p[k])[j];
-            if (fabs(yb[k]) * xmax[k] < TINY)
+            double a = fabs(yb[k]);
+            if (AD__LIKELY(!(a < SMALL && a > 0.0)))
+                continue;
+            if (!(xmax[k] >= 0.0))
+                xmax[k] = max_abs(x[k], n);
+            if (a * xmax[k] < TINY)
                 tiny |= 1u << k;
         }
         if (np == PRODUCTS && !tiny) {
@@ -279,12 +303,13 @@ static void prod_vjp(const ad_tape *t, const ad_block *b, const double *ybar, do
     size_t n = p->cols, lo, hi;
     double *abar = xbar + (p->x_active ? n : 0);
     for (size_t j = 0; j < p->rows; j++) {
+        double yb = row_ybar(p, ybar, 1, j);
         row_range(p->shape, j, n, &lo, &hi);
         for (size_t l = lo; l < hi; l++)
-            abar[j * n + l] = ybar[j] * x[l];
+            abar[j * n + l] = yb * x[l];
         if (p->x_active)
             for (size_t l = lo; l < hi; l++)
-                xbar[l] += ybar[j] * A[j * n + l];
+                xbar[l] += yb * A[j * n + l];
     }
 }
 
@@ -306,7 +331,7 @@ static void prod_reverse(const ad_tape *t, const ad_block *b, uint32_t hid, doub
         product *kept = (product *)(void *)b;  /* the block area is not const */
         double *ybar = prod_ybar(p);
         for (size_t j = 0; j < p->rows; j++)
-            ybar[j] = adj[hid + 1 + j];
+            ybar[j] = row_ybar(p, adj + hid + 1, 1, j);
         kept->swept = t->sweeps;
         if (!p->x_active)
             return;  /* nothing else to do now */
@@ -314,7 +339,7 @@ static void prod_reverse(const ad_tape *t, const ad_block *b, uint32_t hid, doub
     if (p->x_active)
         memset(xbar, 0, n * sizeof *xbar);
     for (size_t j = 0; j < p->rows; j++) {
-        double yb = adj[(size_t)(hid + 1 + j) * L + lane];
+        double yb = row_ybar(p, adj + (size_t)(hid + 1) * L + lane, L, j);
         double *abar = adj + ((size_t)p->entry0 + j * n) * L + lane;
         row_range(p->shape, j, n, &lo, &hi);
         if (!later)
@@ -331,34 +356,53 @@ static void prod_reverse(const ad_tape *t, const ad_block *b, uint32_t hid, doub
     }
 }
 
+/* x's tangents into xdot (zeros where x is constant). */
+static void gather_xdot(const product *p, const double *tan, size_t L, size_t lane, double *xdot)
+{
+    const uint32_t *ids = ad_block_ids(&p->base);
+    for (size_t l = 0; l < p->cols; l++)
+        xdot[l] = ids[l] ? tan[(size_t)ids[l] * L + lane] : 0.0;
+}
+
+/* The tangent of y_j: A_j's tangents times x, and A_j times x's. */
+static double row_tangent(const product *p, const double *A, const double *tan, size_t L,
+                          size_t lane, size_t j, const double *xdot)
+{
+    const double *x = prod_x(p), *adot = tan + ((size_t)p->entry0 + j * p->cols) * L + lane;
+    size_t n = p->cols, lo, hi;
+    double s = 0.0;
+    row_range(p->shape, j, n, &lo, &hi);
+    for (size_t l = lo; l < hi; l++)
+        s += adot[l * L] * x[l];
+    if (p->x_active)
+        for (size_t l = lo; l < hi; l++)
+            s += A[j * n + l] * xdot[l];
+    return s;
+}
+
 static void prod_forward(const ad_tape *t, const ad_block *b, uint32_t hid, double *tan, size_t L,
                          size_t lane)
 {
     const product *p = (const product *)b;
-    const double *A = prod_a(t, p), *x = prod_x(p);
-    size_t n = p->cols, lo, hi;
-    double *xdot = t->work;
-    if (p->x_active) {
-        const uint32_t *ids = ad_block_ids(b);
-        for (size_t l = 0; l < n; l++)
-            xdot[l] = ids[l] ? tan[(size_t)ids[l] * L + lane] : 0.0;
-    }
+    const double *A = prod_a(t, p);
+    double *xdot = t->work, sdot = 0.0;
+    if (p->x_active)
+        gather_xdot(p, tan, L, lane, xdot);
     for (size_t j = 0; j < p->rows; j++) {
-        const double *adot = tan + ((size_t)p->entry0 + j * n) * L + lane;
-        double s = 0.0;
-        row_range(p->shape, j, n, &lo, &hi);
-        for (size_t l = lo; l < hi; l++)
-            s += adot[l * L] * x[l];
-        if (p->x_active)
-            for (size_t l = lo; l < hi; l++)
-                s += A[j * n + l] * xdot[l];
-        tan[(size_t)(hid + 1 + j) * L + lane] = s;
+        double yd = row_tangent(p, A, tan, L, lane, j, xdot);
+        if (p->norm)
+            sdot += 2.0 * prod_y(p)[j] * yd;
+        else
+            tan[(size_t)(hid + 1 + j) * L + lane] = yd;
     }
+    if (p->norm)
+        tan[(size_t)(hid + 1) * L + lane] = sdot;
 }
 
 /* y = A x is bilinear: Abar += ybar x^T, xbar += A^T ybar, and their
  * tangents add the tangents of x and of A: ybar' x^T + ybar x'^T,
- * A^T ybar' + A'^T ybar. */
+ * A^T ybar' + A'^T ybar.  For a norm, ybar = 2 sbar y, whose tangent is
+ * 2 sbar' y + 2 sbar y'. */
 static void prod_second(const ad_tape *t, const ad_block *b, uint32_t hid, const double *tan,
                         double *adj, double *adjd, size_t L, size_t lane, int first)
 {
@@ -366,16 +410,27 @@ static void prod_second(const ad_tape *t, const ad_block *b, uint32_t hid, const
     const double *A = prod_a(t, p), *x = prod_x(p);
     const uint32_t *ids = p->x_active ? ad_block_ids(b) : NULL;
     size_t n = p->cols, lo, hi;
-    /* x active: the work array holds m + n + m n >= 2 n */
-    double *xbar = t->work, *xbard = t->work + n;
-    if (ids)
+    /* the work array holds 3 n (product_work) */
+    double *xbar = t->work, *xbard = t->work + n, *xdot = t->work + 2 * n;
+    if (ids) {
         memset(t->work, 0, 2 * n * sizeof *xbar);
+        gather_xdot(p, tan, L, lane, xdot);
+    }
+    size_t out = (size_t)hid + 1;
     for (size_t j = 0; j < p->rows; j++) {
-        size_t out = (size_t)hid + 1 + j, e = (size_t)p->entry0 + j * n;
-        double yb = adj[out], ybd = adjd[out * L + lane];
+        size_t e = (size_t)p->entry0 + j * n;
+        double yb, ybd;
+        if (p->norm) {
+            double y = prod_y(p)[j], yd = row_tangent(p, A, tan, L, lane, j, xdot);
+            yb = row_ybar(p, adj + out, 1, j);
+            ybd = adjd[out * L + lane] * (2.0 * y) + adj[out] * (2.0 * yd);
+        } else {
+            yb = adj[out + j];
+            ybd = adjd[(out + j) * L + lane];
+        }
         row_range(p->shape, j, n, &lo, &hi);
         for (size_t l = lo; l < hi; l++) {
-            double xd = ids && ids[l] ? tan[(size_t)ids[l] * L + lane] : 0.0;
+            double xd = ids && ids[l] ? xdot[l] : 0.0;
             if (first)
                 adj[e + l] += yb * x[l];
             adjd[(e + l) * L + lane] += ybd * x[l] + yb * xd;
@@ -399,7 +454,7 @@ static void prod_reach(const ad_block *b, const unsigned char *outs, unsigned ch
     size_t n = p->cols, lo, hi;
     unsigned char *entries = args + (p->x_active ? n : 0);
     for (size_t j = 0; j < p->rows; j++) {
-        if (!outs[j])
+        if (!outs[p->norm ? 0 : j])
             continue;
         row_range(p->shape, j, n, &lo, &hi);
         for (size_t l = lo; l < hi; l++) {
@@ -583,21 +638,30 @@ static void columns_product(size_t m, size_t n, int shape, const double *restric
 }
 
 /* y = M x recorded as one product block; x is ad_real (xr) or double (xd). */
+/* A product block, or a norm block (norm: y is the block's own and one
+ * output, s, goes to *y).  Second-order sweeps use 3 n of the work array
+ * (prod_second), which the block's own count can fall short of. */
 static void record_product(ad_tape *t, const ad_mat *M, const matrix *B, const ad_real *xr,
-                           const double *xd, ad_real *y)
+                           const double *xd, ad_real *y, int norm)
 {
-    size_t m = M->rows, n = M->cols, mn = m * n;
+    size_t m = M->rows, n = M->cols, mn = m * n, nout = norm ? 1 : m;
     int x_active = xr && ad_any_active(n, xr);
-    size_t size = sizeof(product) + (n + m) * sizeof(double) + (x_active ? n * sizeof(uint32_t) : 0);
-    size_t at = ad_block_new(t, size, (uint32_t)m, x_active ? (uint32_t)n : 0, (uint32_t)mn);
+    size_t values = n + m + (norm ? m : 0);
+    size_t size = sizeof(product) + values * sizeof(double) + (x_active ? n * sizeof(uint32_t) : 0);
+    size_t at = ad_block_new(t, size, (uint32_t)nout, x_active ? (uint32_t)n : 0, (uint32_t)mn);
+    if (at != SIZE_MAX && 3 * n > t->work_cap &&
+        ad_reserve((void **)&t->work, &t->work_cap, 3 * n, sizeof *t->work) != AD_OK) {
+        ad_tape_fail(t, AD_ENOMEM);
+        at = SIZE_MAX;
+    }
     if (at == SIZE_MAX) {
-        ad_fill_nan_reals(y, m);
+        ad_fill_nan_reals(y, nout);
         return;
     }
     B = matrix_of(t, M);  /* the area may have moved */
     product *p = (product *)ad_block_at(t, at);
     p->base.kind = &product_kind;
-    p->base.ids = sizeof(product) + (n + m) * sizeof(double);
+    p->base.ids = sizeof(product) + values * sizeof(double);
     p->base.run = M->id;
     p->mat = M->at;
     p->prev = B->last;
@@ -608,6 +672,7 @@ static void record_product(ad_tape *t, const ad_mat *M, const matrix *B, const a
     p->entry0 = M->id;
     p->shape = M->shape;
     p->x_active = x_active;
+    p->norm = norm;
     double *x = (double *)(void *)(p + 1);
     uint32_t *ids = (uint32_t *)(void *)((char *)p + p->base.ids);
     for (size_t l = 0; l < n; l++) {
@@ -615,12 +680,15 @@ static void record_product(ad_tape *t, const ad_mat *M, const matrix *B, const a
         if (x_active)
             ids[l] = xr[l].id;
     }
-    /* The values wait in the work array until the outputs have IDs. */
-    double *v = t->work;
+    /* A product's values wait in the work array until the outputs have IDs. */
+    double *v = norm ? (double *)prod_y(p) : t->work;
     columns_product(m, n, M->shape, mat_columns(B), x, v);
+    double sq = 0.0;
+    for (size_t j = 0; norm && j < m; j++)
+        sq += v[j] * v[j];  /* as ad_sqnorm */
     uint32_t first = ad_block_record(t, at);
-    for (size_t j = 0; j < m; j++) {
-        ad_real r = {first ? v[j] : NAN, first ? first + (uint32_t)j : 0};
+    for (size_t j = 0; j < nout; j++) {
+        ad_real r = {first ? (norm ? sq : v[j]) : NAN, first ? first + (uint32_t)j : 0};
         y[j] = r;
     }
 }
@@ -658,38 +726,82 @@ static void plain_product(const ad_mat *M, const ad_real *xr, const double *xd, 
     }
 }
 
-static void product_of(const ad_mat *M, const ad_real *xr, const double *xd, ad_real *y)
+/* y = M x, or with norm *y = |M x|^2. */
+static void product_of(const ad_mat *M, const ad_real *xr, const double *xd, ad_real *y, int norm)
 {
-    if (!M || (M->rows && !y) || (M->rows && M->cols && !xr && !xd)) {
+    size_t nout = norm ? 1 : M ? M->rows : 0;
+    if (!M || (nout && !y) || (M->rows && M->cols && !xr && !xd)) {
         ad_fail_recording(AD_EINVAL);
-        if (M)
-            ad_fill_nan_reals(y, M->rows);
+        ad_fill_nan_reals(y, nout);
         return;
     }
-    if (!M->rows)
+    if (!M->rows) {
+        if (norm)
+            *y = ad_const(0.0);
         return;
+    }
     ad_tape *t = ad_recording();
-    if (!M->id || !t) {
+    if (M->id && t) {
+        const matrix *B = matrix_of(t, M);
+        if (B)
+            record_product(t, M, B, xr, xd, y, norm);
+        else {
+            ad_fail_recording(AD_EFOREIGN);
+            ad_fill_nan_reals(y, nout);
+        }
+        return;
+    }
+    if (!norm) {
         plain_product(M, xr, xd, y);
         return;
     }
-    const matrix *B = matrix_of(t, M);
-    if (!B) {
-        ad_fail_recording(AD_EFOREIGN);
-        ad_fill_nan_reals(y, M->rows);
+    ad_real *v = ad_alloc(M->rows * sizeof *v);
+    if (!v) {
+        ad_fail_recording(AD_ENOMEM);
+        *y = ad_const(NAN);
         return;
     }
-    record_product(t, M, B, xr, xd, y);
+    plain_product(M, xr, xd, v);
+    *y = ad_sqnorm_r(M->rows, v);
+    ad_free(v);
 }
 
 void ad_mat_vec_rr(const ad_mat *M, const ad_real *x, ad_real *y)
 {
-    product_of(M, x, NULL, y);
+    product_of(M, x, NULL, y, 0);
 }
 
 void ad_mat_vec_rd(const ad_mat *M, const double *x, ad_real *y)
 {
-    product_of(M, NULL, x, y);
+    product_of(M, NULL, x, y, 0);
+}
+
+void ad_mat_sqnorm_rr(const ad_mat *M, const ad_real *x, ad_real *s)
+{
+    product_of(M, x, NULL, s, 1);
+}
+
+void ad_mat_sqnorm_rd(const ad_mat *M, const double *x, ad_real *s)
+{
+    product_of(M, NULL, x, s, 1);
+}
+
+double ad__mat_sqnorm_values(const ad_mat *M, const double *x)
+{
+    if (!M || (M->rows && M->cols && !x)) {
+        ad_fail_recording(AD_EINVAL);
+        return NAN;
+    }
+    size_t n = M->cols, lo, hi;
+    double s = 0.0;
+    for (size_t j = 0; j < M->rows; j++) {
+        double v = 0.0;
+        row_range(M->shape, j, n, &lo, &hi);
+        for (size_t l = lo; l < hi; l++)
+            v += entry(M, j * n + l) * x[l];
+        s += v * v;
+    }
+    return s;
 }
 
 void ad__mat_vec_values(const ad_mat *M, const double *x, double *y)

@@ -44,6 +44,7 @@ static void check_add_chain(long steps)
     assert_int_equal(ad_tape_stats_get(&st), AD_OK);
     assert_int_equal(st.inputs, 2);
     assert_int_equal(st.records, steps);
+    assert_int_equal(st.block_bytes, 0);  /* scalar records keep nothing beside them */
 }
 
 static void test_long_add_chain(void **state)

@@ -156,14 +156,14 @@ static T NAME(gmm_scalar)(const gmm_problem *p, size_t i0, size_t i1, int global
  *
  * The tape's size is the cost, and nearly all of it is per (point,
  * component) pair.  Each Q_k is recorded once as the lower triangular
- * (d+1) x (d+1) matrix A_k = [[1, 0], [-Q_k mu_k, Q_k]] (homogeneous
- * coordinates: A_k [1; x_i] = [1; Q_k (x_i - mu_k)]).  A pair is then one
- * product with the constant point -- it stores the point, 8 (d + 1)
- * bytes, and one slot per output -- one sqnorm and t = c - sq/2 as one
- * record: 1.5 d + 4 slots, where a scalar or n-ary row form stores a
- * partial per entry of Q_k.  The product's reverse rule forms
- * Abar += ybar [1; x_i]^T over the triangle from the stored values.  Per
- * point, one logsumexp. */
+ * (d+1) x (d+1) matrix A_k = [[0, 0], [-Q_k mu_k, Q_k]] (homogeneous
+ * coordinates: A_k [1; x_i] = [0; Q_k (x_i - mu_k)]).  A pair is then one
+ * square norm of a product with the constant point, |A_k [1; x_i]|^2 --
+ * it stores the point and the product, 16 (d + 1) bytes, and two slots --
+ * and t = c - sq/2 as one record, where a scalar or n-ary row form stores
+ * a partial per entry of Q_k.  The norm's reverse rule forms
+ * Abar += 2 sqbar y [1; x_i]^T over the triangle from the stored values.
+ * Per point, one logsumexp. */
 
 /* A_k from mu_k and icf_k; the strict upper part is constant zeros, which
  * ad_mat_make finds, so products cost the triangle only. */
@@ -172,7 +172,7 @@ static void NAME(gmm_affine)(size_t d, const T *mu, const T *icf, T *A)
     size_t e = d + 1, idx = d;
     for (size_t r = 0; r < e * e; r++)
         A[r] = AD_CONST(T, 0.0);
-    A[0] = AD_CONST(T, 1.0);
+    A[0] = AD_CONST(T, 0.0);  /* the homogeneous coordinate's row: y_0 = 0 */
     for (size_t j = 0; j < d; j++)
         A[(j + 1) * e + 1 + j] = ad_exp(icf[j]);
     for (size_t col = 0; col < d; col++)
@@ -218,11 +218,11 @@ static T NAME(gmm_prim)(const gmm_problem *p, size_t i0, size_t i1, int global,
     for (size_t i = i0; i < i1; i++) {
         memcpy(xe + 1, p->x + i * d, d * sizeof *xe);
         for (size_t k = 0; k < K; k++) {
-            ad_mat_vec(&mats[k], xe, y);
             /* t = c - sq/2 as c + (-0.5) sq, bit for bit: one record, and
-             * ad__push's cursor loads do not wait on the store ad_sqnorm
+             * ad__push's cursor loads do not wait on the store the norm
              * just made to it, as a second n-ary record's would */
-            T sq = ad_sqnorm(d, y + 1);
+            T sq;
+            ad_mat_sqnorm(&mats[k], xe, &sq);
             t[k] = c[k];
             ad_axpy(1, -0.5, &sq, &t[k]);
         }

@@ -81,6 +81,12 @@ static inline double ad__plain_value(double x) { return x; }
                                       const ad_real *: ad_mat_vec_rr,                  \
                                       default: ad_mat_vec_rd),                         \
              default: ad_mat_vec_d)((M), (x), (y))
+/* *s = |M x|^2; s's type picks the form, as y's does for ad_mat_vec. */
+#define ad_mat_sqnorm(M, x, s)                                                         \
+    _Generic((s), ad_real *: _Generic((x), ad_real *: ad_mat_sqnorm_rr,                \
+                                      const ad_real *: ad_mat_sqnorm_rr,               \
+                                      default: ad_mat_sqnorm_rd),                      \
+             default: ad_mat_sqnorm_d)((M), (x), (s))
 
 /* The constant c as a T, for generic code compiled with T = double and with
  * T = ad_real: AD_CONST(T, 0.5). */

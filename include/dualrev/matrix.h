@@ -47,6 +47,16 @@ AD_API void ad_mat_vec_rr(const ad_mat *M, const ad_real *x, ad_real *y);
 AD_API void ad_mat_vec_rd(const ad_mat *M, const double *x, ad_real *y);
 AD_API void ad__mat_vec_values(const ad_mat *M, const double *x, double *y);
 
+/* *s = |M x|^2 = sum_j (M x)_j^2, one record: M x stays off the tape (the
+ * block keeps it, 8 m bytes), where ad_mat_vec and ad_sqnorm take a record
+ * per row and one more per two rows.  Value and gradient are bitwise those
+ * of that pair of calls.  A Mahalanobis distance |L^-1 (x - mu)|^2, or a
+ * least-squares residual, is one.  Errors as for ad_mat_vec; s is then NaN.
+ * ad_mat_sqnorm_d is the plain form (shared source). */
+AD_API void ad_mat_sqnorm_rr(const ad_mat *M, const ad_real *x, ad_real *s);
+AD_API void ad_mat_sqnorm_rd(const ad_mat *M, const double *x, ad_real *s);
+AD_API double ad__mat_sqnorm_values(const ad_mat *M, const double *x);
+
 /* Columns [*lo, *hi) of row j inside the shape. */
 static inline void ad__mat_row_range(int shape, size_t j, size_t n, size_t *lo, size_t *hi)
 {
@@ -54,15 +64,15 @@ static inline void ad__mat_row_range(int shape, size_t j, size_t n, size_t *lo, 
     *hi = shape == AD__LOWER ? (j + 1 < n ? j + 1 : n) : n;
 }
 
-/* y = A x over the shape, A row-major m x n.  Rows go eight at a time, so
- * that their sums run side by side instead of as one chain of dependent
- * adds; each row still adds its terms in column order, so every y[j] is
- * bitwise the one-row-at-a-time sum. */
+/* y[j - j0] = (A x)_j for rows j0 <= j < m over the shape, A row-major
+ * with n columns.  Rows go eight at a time, so that their sums run side by
+ * side instead of as one chain of dependent adds; each row still adds its
+ * terms in column order, so every y is bitwise the one-row-at-a-time sum. */
 #define AD__MAT_GROUP 8
-static inline void ad__mat_rows(size_t m, size_t n, int shape, const double *A, const double *x,
-                                double *y)
+static inline void ad__mat_rows_from(size_t j0, size_t m, size_t n, int shape, const double *A,
+                                     const double *x, double *y)
 {
-    size_t j = 0;
+    size_t j = j0;
     for (; j + AD__MAT_GROUP <= m; j += AD__MAT_GROUP) {
         size_t lo[AD__MAT_GROUP], hi[AD__MAT_GROUP], clo = 0, chi = n;
         for (int r = 0; r < AD__MAT_GROUP; r++) {
@@ -87,7 +97,7 @@ static inline void ad__mat_rows(size_t m, size_t n, int shape, const double *A, 
         for (int r = 0; r < AD__MAT_GROUP; r++) {
             for (size_t l = chi; l < hi[r]; l++)
                 s[r] += A[(j + r) * n + l] * x[l];
-            y[j + r] = s[r];
+            y[j + r - j0] = s[r];
         }
     }
     for (; j < m; j++) {
@@ -96,8 +106,14 @@ static inline void ad__mat_rows(size_t m, size_t n, int shape, const double *A, 
         double v = 0.0;
         for (size_t l = lo; l < hi; l++)
             v += A[j * n + l] * x[l];
-        y[j] = v;
+        y[j - j0] = v;
     }
+}
+
+static inline void ad__mat_rows(size_t m, size_t n, int shape, const double *A, const double *x,
+                                double *y)
+{
+    ad__mat_rows_from(0, m, n, shape, A, x, y);
 }
 
 /* The plain product, inline like the other double forms: it is the
@@ -109,6 +125,24 @@ static inline void ad_mat_vec_d(const ad_mat *M, const double *x, double *y)
         return;
     }
     ad__mat_rows(M->rows, M->cols, M->shape, M->a, x, y);
+}
+
+/* Eight rows of y at a time, as ad_mat_vec_d computes them, then their
+ * squares in order: bitwise ad_sqnorm of ad_mat_vec's y. */
+static inline void ad_mat_sqnorm_d(const ad_mat *M, const double *x, double *s)
+{
+    if (!M || !M->a) {
+        *s = ad__mat_sqnorm_values(M, x);
+        return;
+    }
+    double v = 0.0, y[AD__MAT_GROUP];
+    for (size_t j = 0; j < M->rows; j += AD__MAT_GROUP) {
+        size_t end = M->rows - j < AD__MAT_GROUP ? M->rows : j + AD__MAT_GROUP;
+        ad__mat_rows_from(j, end, M->cols, M->shape, M->a, x, y);
+        for (size_t r = 0; r < end - j; r++)
+            v += y[r] * y[r];
+    }
+    *s = v;
 }
 
 #endif

@@ -54,10 +54,8 @@ static inline ad_aux binary(int op, double a, double b, double v, double wa, dou
         return two(0.0, -wa * wa, -2.0 * wb * wa);
     case AD__OP_POW:
         return pow2(a, b, v);
-    case AD__OP_ATAN2: {  /* wa = b/h^2, wb = -a/h^2 */
-        double h2 = a * a + b * b;
-        return two(-2.0 * a * b / (h2 * h2), (a * a - b * b) / (h2 * h2), 2.0 * a * b / (h2 * h2));
-    }
+    case AD__OP_ATAN2:  /* wa = b/h^2, wb = -a/h^2: from them, as h^4 would overflow */
+        return two(2.0 * wa * wb, wb * wb - wa * wa, -2.0 * wa * wb);
     case AD__OP_HYPOT:  /* wa = a/h, wb = b/h; convention: 0 at the origin, as fabs'' */
         if (!(v > 0.0))
             return two(0.0, 0.0, 0.0);

@@ -275,6 +275,27 @@ static void test_atan2_at_origin(void **state)
     assert_nan(gb);
 }
 
+/* One infinite coordinate: the partials b / (a^2 + b^2) and -a / (a^2 + b^2)
+ * tend to 0 (signed zeros, which a gradient's sum from +0 makes +0); two
+ * have no limit. */
+static void test_atan2_at_infinity(void **state)
+{
+    static const double cases[][2] = {{2.0, INFINITY},  {2.0, -INFINITY}, {-2.0, INFINITY},
+                                      {INFINITY, 3.0},  {-INFINITY, 3.0}, {INFINITY, -3.0},
+                                      {0.0, INFINITY},  {INFINITY, 0.0},  {-1e300, -INFINITY}};
+    (void)state;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        double a = cases[i][0], b = cases[i][1], ga, gb;
+        assert_same(d2(b_atan2, a, b, &ga, &gb), atan2(a, b));
+        assert_true(ga == 0.0);
+        assert_true(gb == 0.0);
+    }
+    double ga, gb;
+    d2(b_atan2, INFINITY, -INFINITY, &ga, &gb);
+    assert_nan(ga);
+    assert_nan(gb);
+}
+
 /* At the poles the value is +-Inf or NaN and the partial NaN. */
 static void test_gamma_poles(void **state)
 {
@@ -329,6 +350,7 @@ int main(void)
         cmocka_unit_test(test_pow_integer_exponents),
         cmocka_unit_test(test_hypot_at_origin),
         cmocka_unit_test(test_atan2_at_origin),
+        cmocka_unit_test(test_atan2_at_infinity),
         cmocka_unit_test(test_gamma_poles),
         cmocka_unit_test(test_limits_at_infinity),
     };

@@ -1406,6 +1406,25 @@ static void test_conventions(void **state)
         for (int i = 0; i < 4; i++)
             assert_nan(H[i]);
     }
+    /* atan2 far out, where (a^2 + b^2)^2 overflows a double, and at an
+     * infinite coordinate, where every second partial tends to 0:
+     * H = [[-2ab, a^2 - b^2], [a^2 - b^2, 2ab]] / (a^2 + b^2)^2, in long
+     * double, whose range holds it */
+    static const double far[][2] = {{3e200, 4e200}, {-5e100, 1e99}, {1e-300, -2e150},
+                                    {7.0, INFINITY}, {-INFINITY, 2.0}};
+    for (size_t k = 0; k < sizeof far / sizeof far[0]; k++) {
+        edge e = {"atan2 far out", 2, {far[k][0], far[k][1]}, e_atan2, {0}};
+        double g[2], H[4];
+        hessian_ok(e.name, edge_objective, &e, 2, e.x, g, H);
+        long double a = far[k][0], b = far[k][1], r2 = a * a + b * b, r4 = r2 * r2;
+        double want[4] = {(double)(-2.0L * a * b / r4), (double)((a * a - b * b) / r4), 0.0,
+                          (double)(2.0L * a * b / r4)};
+        if (isinf(far[k][0]) || isinf(far[k][1]))
+            want[0] = want[1] = want[3] = 0.0;
+        want[2] = want[1];
+        for (int i = 0; i < 4; i++)
+            entry_near(e.name, i / 2, i % 2, H[i], want[i], 1e-14, 0.0);
+    }
 }
 
 /* sqrt and cbrt at 0.  Observed: the gradient is +Inf (the one-sided

@@ -93,12 +93,29 @@ static inline ad_real ad_pow_dr(double a, ad_real b)
     return ad__rec1(v, b, ad__pow_db(a, v), AD__OP_POW_DR, a);
 }
 
-/* atan2(a, b) is the angle of the point (b, a).  At the origin it has no
- * limit, so its partials there are NaN (0/0): convention. */
+/* atan2(a, b) is the angle of the point (b, a); its partials are
+ * b / (a^2 + b^2) and -a / (a^2 + b^2), formed from the ratio of the smaller
+ * to the larger, so that nothing overflows and an infinite coordinate gives
+ * the limit, a signed zero.  At the origin, and at two infinite coordinates,
+ * there is no limit, so they are NaN (0/0, Inf/Inf): convention. */
+static inline void ad__atan2_partials(double a, double b, double *wa, double *wb)
+{
+    if (fabs(b) >= fabs(a)) {
+        double t = a / b, d = b + a * t;
+        *wa = 1.0 / d;
+        *wb = -t / d;
+    } else {
+        double t = b / a, d = a + b * t;
+        *wa = t / d;
+        *wb = -1.0 / d;
+    }
+}
+
 static inline ad_real ad_atan2_rr(ad_real a, ad_real b)
 {
-    double h = hypot(a.v, b.v);
-    return ad__rec2(atan2(a.v, b.v), a, (b.v / h) / h, b, -(a.v / h) / h, AD__OP_ATAN2);
+    double wa, wb;
+    ad__atan2_partials(a.v, b.v, &wa, &wb);
+    return ad__rec2(atan2(a.v, b.v), a, wa, b, wb, AD__OP_ATAN2);
 }
 
 /* convention: both partials are 0 at the origin, as for fabs at 0. */

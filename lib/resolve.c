@@ -41,58 +41,81 @@ AD_INLINE void apply(const ad__record *r, const double *z, double *adj, const si
     axpy(pb, z, wb, L);
 }
 
+/* Where the sweep is: record r, the next to apply is r - 1, in chunk c
+ * whose first record is base; g points at the cotangents of r's ID. */
+typedef struct place {
+    size_t c;
+    const ad__record *base, *r;
+    const double *g;
+} place;
+
+/* Steps down to the next record, into the chunk below at a chunk's start;
+ * 0 past the first record. */
+AD_INLINE int step_down(const ad_tape *t, place *p, const size_t L)
+{
+    if (p->r == p->base) {
+        if (p->c == 0)
+            return 0;
+        p->base = t->chunks[--p->c];
+        p->r = p->base + AD_CHUNK;
+    }
+    p->r--;
+    p->g -= L;
+    return 1;
+}
+
+/* A record of another kind (r->b >= AD__ID_END), with cotangents z.  An
+ * n-ary header applies the run of slots below it (which may go on in the
+ * chunk below) and steps past them; a block output slot steps down to its
+ * header, as the slots between do nothing either. */
+AD_INLINE void special(const ad_tape *t, place *p, const double *z, double *adj, const size_t L)
+{
+    const ad__record *r = p->r;
+    if (r->b == AD__NARY) {
+        for (uint32_t k = r->a; k && step_down(t, p, L); k--)
+            apply(p->r, z, adj, L);
+    } else if (r->b == AD__BLOCK) {
+        /* its outputs' slots (AD__OUT) above hold its cotangents */
+        ad_block_reverse(t, r, (uint32_t)((size_t)(p->g - adj) / L), adj, L);
+    } else {
+        for (uint32_t k = r->a - 1; k && step_down(t, p, L); k--)
+            continue;
+    }
+}
+
 AD_INLINE void sweep(const ad_tape *t, double *adj, uint32_t top, const size_t L)
 {
     if (top < t->first)
         return;
     size_t k = top - t->first;          /* position of record `top` */
-    size_t c = k >> AD_CHUNK_BITS;
-    size_t left = (k & (AD_CHUNK - 1)) + 1;
-    const double *g = adj + (size_t)top * L;
-    size_t run = 0;                     /* slots left in an n-ary record's run */
-    double z_run[AD_LANES] = {0};       /* that record's cotangents (set by its header) */
+    place p;
+    p.c = k >> AD_CHUNK_BITS;
+    p.base = t->chunks[p.c];
+    p.r = p.base + (k & (AD_CHUNK - 1)) + 1;
+    p.g = adj + (size_t)(top + 1) * L;
     for (;;) {
-        const ad__record *r = t->chunks[c] + left;
-        while (left) {
-            if (run) {                  /* a run may continue in the chunk below */
-                size_t m = run < left ? run : left;
-                run -= m;
-                left -= m;
-                g -= m * L;
-                while (m--)
-                    apply(--r, z_run, adj, L);
-                continue;
-            }
+        const ad__record *r = p.r, *base = p.base;
+        const double *g = p.g;
+        while (r > base) {
             --r;
-            --left;
+            g -= L;
             double z[AD_LANES];         /* copied: apply() writes into adj */
             for (size_t l = 0; l < L; l++)
                 z[l] = g[l];
-            g -= L;
             if (AD__UNLIKELY(r->b >= AD__ID_END)) {
-                if (r->b == AD__NARY) {
-                    run = r->a;
-                    for (size_t l = 0; l < L; l++)
-                        z_run[l] = z[l];
-                } else if (r->b == AD__BLOCK) {
-                    /* its outputs' slots (AD__OUT) above hold its cotangents */
-                    ad_block_reverse(t, r, (uint32_t)((size_t)(g - adj) / L) + 1, adj, L);
-                } else {
-                    /* AD__OUT, a distance a above its header: the slots
-                     * between do nothing either, so on to the header (in
-                     * this chunk; the loop goes on below one) */
-                    size_t skip = r->a - 1 < left ? r->a - 1 : left;
-                    r -= skip;
-                    left -= skip;
-                    g -= skip * L;
-                }
+                p.r = r;
+                p.g = g;
+                special(t, &p, z, adj, L);
+                r = p.r, base = p.base, g = p.g;
                 continue;
             }
             apply(r, z, adj, L);
         }
-        if (c-- == 0)
+        if (p.c == 0)
             break;
-        left = AD_CHUNK;
+        p.base = t->chunks[--p.c];
+        p.r = p.base + AD_CHUNK;
+        p.g = g;
     }
 }
 

@@ -189,14 +189,20 @@ void ba_csr_release(ad_csr *J)
     memset(J, 0, sizeof *J);
 }
 
-/* Observation i's 15 input columns and their values in x. */
+/* Observation i's 15 input columns and their values in x: three runs of
+ * consecutive columns (ba_block_column), its camera's, its point's and its
+ * weight. */
 static void gather_block(const ba_problem *p, const double *x, size_t i, size_t *cols,
                          double *in)
 {
-    for (size_t k = 0; k < BA_BLOCK; k++) {
-        cols[k] = ba_block_column(p, i, k);
+    size_t cam = BA_CAM * p->obs[2 * i], pt = BA_CAM * p->n_cams + BA_PT * p->obs[2 * i + 1];
+    for (size_t k = 0; k < BA_CAM; k++)
+        cols[k] = cam + k;
+    for (size_t k = 0; k < BA_PT; k++)
+        cols[BA_CAM + k] = pt + k;
+    cols[BA_BLOCK - 1] = BA_CAM * p->n_cams + BA_PT * p->n_pts + i;
+    for (size_t k = 0; k < BA_BLOCK; k++)
         in[k] = x[cols[k]];
-    }
 }
 
 /* Writes observation i's two reprojection rows from entry e on: the used
@@ -207,12 +213,13 @@ static size_t put_reproj_rows(size_t i, const size_t *cols, const double *block,
                               size_t e)
 {
     for (int axis = 0; axis < 2; axis++) {
+        size_t unused = (size_t)(BA_PRINCIPAL + 1 - axis);  /* !ba_block_used */
         J->row_ptr[2 * i + (size_t)axis] = e;
-        for (size_t k = 0; k < BA_BLOCK; k++)
-            if (ba_block_used(axis, k)) {
-                J->col[e] = cols[k];
-                J->val[e++] = block[axis * BA_BLOCK + k];
-            }
+        for (size_t k = 0; k < BA_BLOCK; k++) {
+            J->col[e] = cols[k];
+            J->val[e] = block[axis * BA_BLOCK + k];
+            e += k != unused;
+        }
     }
     return e;
 }

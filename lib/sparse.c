@@ -117,6 +117,8 @@ typedef struct row_state {
     size_t used;               /* entries used in blocks (the head) */
     ids heap;                  /* pending record IDs, a max-heap */
     ids cols;                  /* input IDs reached by the group */
+    struct cell *found;        /* their cells, looked up once (append_rows) */
+    size_t found_cap;
     ad_status status;
 } row_state;
 
@@ -321,7 +323,9 @@ AD_INLINE void lanes_add(double *v, const double *z, double w, unsigned M, const
     if (L == 2) {
         static const ad_pair_mask keep[4] = {{0, 0}, {-1, 0}, {0, -1}, {-1, -1}};
         ad_pair_u old = *(ad_pair_u *)v, sum = old + *(const ad_pair_u *)z * w;
-        *(ad_pair_u *)v = (ad_pair_u)(((ad_pair_mask)sum & keep[M]) | ((ad_pair_mask)old & ~keep[M]));
+        *(ad_pair_u *)v = M == 3 ? sum
+                                 : (ad_pair_u)(((ad_pair_mask)sum & keep[M]) |
+                                               ((ad_pair_mask)old & ~keep[M]));
         return;
     }
 #endif
@@ -648,28 +652,36 @@ static int csr_room(csr_out *o, size_t need)
 
 /* The group's rows, lane by lane: each takes the columns its lane reached.
  * Room is made for exactly those, so that a call sized by the last one
- * does not grow. */
+ * does not grow; each column's cell is looked up once, for the count and
+ * the rows. */
 static ad_status append_rows(row_state *rs, csr_out *o, size_t j0, size_t B, size_t L)
 {
     ad_csr *J = o->J;
-    size_t need = 0;
-    for (size_t k = 0; k < rs->cols.len; k++) {
-        cell c = rs->hashed ? reached(rs, &rs->h, rs->cols.p[k], GROUP, 1)
-                            : reached(rs, &rs->h, rs->cols.p[k], L, 0);
+    size_t need = 0, n = rs->cols.len;
+    if (n > rs->found_cap) {
+        cell *f = ad_alloc(n * sizeof *f);
+        if (!f)
+            return AD_ENOMEM;
+        ad_free(rs->found);
+        rs->found = f;
+        rs->found_cap = n;
+    }
+    cell *found = rs->found;
+    for (size_t k = 0; k < n; k++) {
+        found[k] = rs->hashed ? reached(rs, &rs->h, rs->cols.p[k], GROUP, 1)
+                              : reached(rs, &rs->h, rs->cols.p[k], L, 0);
         for (size_t b = 0; b < B; b++)
-            need += c.lanes >> b & 1;
+            need += found[k].lanes >> b & 1;
     }
     if (!csr_room(o, J->nnz + need))
         return AD_ENOMEM;
     for (size_t b = 0; b < B; b++) {
         J->row_ptr[j0 + b] = J->nnz;
-        for (size_t k = 0; k < rs->cols.len; k++) {
-            uint32_t id = rs->cols.p[k];
-            cell c = rs->hashed ? reached(rs, &rs->h, id, GROUP, 1) : reached(rs, &rs->h, id, L, 0);
-            if (!(c.lanes >> b & 1))
+        for (size_t k = 0; k < n; k++) {
+            if (!(found[k].lanes >> b & 1))
                 continue;
-            J->col[J->nnz] = id - 1;
-            J->val[J->nnz] = c.v[b];
+            J->col[J->nnz] = rs->cols.p[k] - 1;
+            J->val[J->nnz] = found[k].v[b];
             J->nnz++;
         }
     }
@@ -728,6 +740,7 @@ static void finish_store(row_state *rs, ad_tape *t)
     }
     ad_free(rs->heap.p);
     ad_free(rs->cols.p);
+    ad_free(rs->found);
     ad_free(rs->h.win);
 }
 

@@ -314,9 +314,10 @@ AD_INLINE cell reached(row_state *rs, const hot *h, uint32_t id, const size_t L,
 /* v[l] += z[l] * w for the lanes l in M; the other lanes are left alone,
  * so each row gets exactly the operations of a resolve of its own: a lane
  * outside M holds -0 in z, and 0 x Inf would be NaN.  A pair is computed
- * whole and the lanes outside M put back: no branch on M, and one store,
- * which the next load of the cell can take from (two single stores would
- * make it wait for both to reach the cache). */
+ * whole and, unless both lanes reached the record (the common case, taken
+ * first), the lanes outside M put back: one store, which the next load of
+ * the cell can take from (two single stores would make it wait for both to
+ * reach the cache). */
 AD_INLINE void lanes_add(double *v, const double *z, double w, unsigned M, const size_t L)
 {
 #ifdef AD_PAIRS

@@ -341,10 +341,10 @@ AD_INLINE void lanes_add(double *v, const double *z, double w, unsigned M, const
 AD_INLINE void window_ready(hot *h, size_t k, const size_t L)
 {
     size_t lo = k & ~(size_t)7;
-    for (size_t p = lo; p < h->wready; p++) {
+    for (size_t p = lo; p < h->wready; p++)  /* two loops, each a run of stores */
         h->win->lanes[p] = 0;
+    for (size_t p = lo; p < h->wready; p++)
         cell_clear(h->win->val + p * L, L);
-    }
     h->wready = lo;
 }
 
@@ -564,10 +564,10 @@ AD_INLINE void resolve_group_in(row_state *rs, const ad_real *out, size_t B, con
         stage(rs, &h, out[b].id, e, 1.0, 1u << b, L, hashed);
     }
     /* Staging only ever reaches lower IDs, so the walk down the window
-     * ends at the lowest position set up. */
+     * ends at the lowest position set up.  A failure to stage into the
+     * store is reported at the end: the walk itself cannot fail. */
     if (h.wlo != UINT32_MAX)
-        for (size_t k = h.whi - h.wlo + 1; (k = window_next(&h, k)) + 1 > h.wready
-                                           && rs->status == AD_OK;)
+        for (size_t k = h.whi - h.wlo + 1; (k = window_next(&h, k)) + 1 > h.wready;)
             expand_cell(rs, &h, h.wlo + (uint32_t)k, h.wrec + k, h.win->val + k * L,
                         h.win->lanes[k], L, hashed);
     while ((hashed ? rs->heap.len : h.pending) && rs->status == AD_OK) {

@@ -111,10 +111,10 @@ static void mat_second(const ad_tape *t, const ad_block *b, uint32_t hid, const 
 
 /* Short rows and columns (a 10 x 10 factor, say) spend more in the set-up
  * of the compiler's vectorised loops than in them: these go by pairs of
- * doubles written out, then one more.  Each element gets the same
- * operations in the same order as one at a time. */
-
-/* y[0..len) += c[0..len) s */
+ * doubles written out (pair.h), then one more.  Each element gets the same
+ * operations in the same order as one at a time.
+ *
+ * y[0..len) += c[0..len) s */
 static inline void axpy_short(double *restrict y, const double *restrict c, double s, size_t len)
 {
     size_t j = 0;
@@ -139,7 +139,7 @@ static inline void axpy2_short(double *restrict y, const double *restrict c0,
     ad_pair_u v0 = {s0, s0}, v1 = {s1, s1};
     for (; j + 2 <= len; j += 2)
         *(ad_pair_u *)(y + j) = *(ad_pair_u *)(y + j) + *(const ad_pair_u *)(c0 + j) * v0 +
-                           *(const ad_pair_u *)(c1 + j) * v1;
+                                *(const ad_pair_u *)(c1 + j) * v1;
 #endif
     for (; j < len; j++)
         y[j] = y[j] + c0[j] * s0 + c1[j] * s1;
@@ -154,9 +154,11 @@ static inline void add4_short(double *restrict row, const double *const *x, cons
 #ifdef AD_PAIRS
     ad_pair_u y0 = {yb[0], yb[0]}, y1 = {yb[1], yb[1]}, y2 = {yb[2], yb[2]}, y3 = {yb[3], yb[3]};
     for (; l + 2 <= hi; l += 2)
-        *(ad_pair_u *)(row + l) = *(ad_pair_u *)(row + l) + *(const ad_pair_u *)(x[0] + l) * y0 +
-                             *(const ad_pair_u *)(x[1] + l) * y1 + *(const ad_pair_u *)(x[2] + l) * y2 +
-                             *(const ad_pair_u *)(x[3] + l) * y3;
+        *(ad_pair_u *)(row + l) = *(ad_pair_u *)(row + l) +
+                                  *(const ad_pair_u *)(x[0] + l) * y0 +
+                                  *(const ad_pair_u *)(x[1] + l) * y1 +
+                                  *(const ad_pair_u *)(x[2] + l) * y2 +
+                                  *(const ad_pair_u *)(x[3] + l) * y3;
 #endif
     for (; l < hi; l++)
         row[l] = row[l] + yb[0] * x[0][l] + yb[1] * x[1][l] + yb[2] * x[2][l] + yb[3] * x[3][l];

@@ -484,27 +484,19 @@ static int by_id(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Groups usually reach a few inputs: insertion sort, qsort for many.  The
- * walk down the tape tends to find inputs from the highest down, so the
- * sort takes them from the last found: mostly ascending, little to move. */
+/* Groups usually reach a few inputs: insertion sort, qsort for many. */
 static void sort_ids(ids *v)
 {
     if (v->len > 32) {
         qsort(v->p, v->len, sizeof *v->p, by_id);
         return;
     }
-    uint32_t *p = v->p;
-    for (size_t i = 0, j = v->len; i + 1 < j; i++, j--) {
-        uint32_t x = p[i];
-        p[i] = p[j - 1];
-        p[j - 1] = x;
-    }
     for (size_t i = 1; i < v->len; i++) {
-        uint32_t x = p[i];
+        uint32_t x = v->p[i];
         size_t j = i;
-        for (; j && p[j - 1] > x; j--)
-            p[j] = p[j - 1];
-        p[j] = x;
+        for (; j && v->p[j - 1] > x; j--)
+            v->p[j] = v->p[j - 1];
+        v->p[j] = x;
     }
 }
 

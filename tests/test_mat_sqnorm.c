@@ -120,6 +120,76 @@ static void test_against_vec_and_sqnorm(void **state)
                 check_case(sizes[s][0], sizes[s][1], shape, x_active, &rng);
 }
 
+/* Several outputs, so that ad_jacobian sweeps two or four rows at a time
+ * (lanes) and a norm's rule runs in place in each lane: y_k = (k + 1)
+ * |A x_(k mod 3)|^2, against the pair of calls. */
+static void rows_function(const ad_real *z, size_t nz, ad_real *y, size_t m, void *ctx)
+{
+    const norm_case *c = ctx;
+    size_t mm = c->m, n = c->n;
+    ad_real A[64], v[8];
+    ad_mat M;
+    (void)nz;
+    for (size_t k = 0; k < mm * n; k++)
+        A[k] = outside(c->shape, k / n, k % n) ? ad_const(0.0) : z[k];
+    assert_int_equal(ad_mat_record(mm, n, A, &M), AD_OK);
+    for (size_t k = 0; k < m; k++) {
+        const ad_real *xr = z + mm * n + (k % PTS) * n;
+        ad_real s;
+        if (c->fused)
+            ad_mat_sqnorm(&M, xr, &s);
+        else {
+            ad_mat_vec(&M, xr, v);
+            s = ad_sqnorm(mm, v);
+        }
+        y[k] = ad_mul((double)(k + 1), s);
+    }
+}
+
+static void test_jacobian_lanes(void **state)
+{
+    double z[64 + PTS * 8], y[2][5], J[2][5 * (64 + PTS * 8)];
+    uint64_t rng = 0x5c3;
+    (void)state;
+    for (size_t outputs = 2; outputs <= 5; outputs += 3)
+        for (int shape = AD__FULL; shape <= AD__UPPER; shape++) {
+            size_t m = 5, n = 4, nz = m * n + PTS * n;
+            fill_uniform(&rng, z, nz, -1.5, 1.5);
+            for (int fused = 0; fused < 2; fused++) {
+                norm_case nc = {m, n, shape, 1, fused, NULL};
+                assert_int_equal(ad_jacobian(rows_function, &nc, nz, z, outputs, y[fused],
+                                             J[fused]),
+                                 AD_OK);
+            }
+            /* and both against the analytic rows: with y = A x_k over the
+             * shape, d/dA_jl = 2 (k + 1) y_j x_kl, d/dx_kl = 2 (k + 1) (A^T y)_l */
+            double want[5 * (64 + PTS * 8)] = {0};
+            for (size_t k = 0; k < outputs; k++) {
+                const double *xk = z + m * n + (k % PTS) * n;
+                double *row = want + k * nz, yj[5];
+                for (size_t j = 0; j < m; j++) {
+                    yj[j] = 0.0;
+                    for (size_t l = 0; l < n; l++)
+                        yj[j] += outside(shape, j, l) ? 0.0 : z[j * n + l] * xk[l];
+                }
+                for (size_t j = 0; j < m; j++)
+                    for (size_t l = 0; l < n; l++) {
+                        if (outside(shape, j, l))
+                            continue;
+                        double f = 2.0 * (double)(k + 1) * yj[j];
+                        row[j * n + l] += f * xk[l];
+                        row[m * n + (k % PTS) * n + l] += f * z[j * n + l];
+                    }
+            }
+            for (size_t k = 0; k < outputs; k++)
+                assert_same(y[1][k], y[0][k]);
+            for (size_t e = 0; e < outputs * nz; e++) {
+                assert_near(J[1][e], J[0][e], 1e-14, 1e-14);
+                assert_near(J[0][e], want[e], 1e-12, 1e-12);
+            }
+        }
+}
+
 /* The norm takes a header and one output slot, whatever m; the pair of
  * calls a slot per row, then the square norm's. */
 static void test_records(void **state)
@@ -244,6 +314,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_vec_and_sqnorm),
+        cmocka_unit_test(test_jacobian_lanes),
         cmocka_unit_test(test_records),
         cmocka_unit_test(test_double_and_wrapped),
         cmocka_unit_test(test_errors_and_empty),

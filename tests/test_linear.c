@@ -733,36 +733,45 @@ static void check_program_jacobians(const program *p, const double *x, uint64_t 
     free(J), free(y), free(yw), free(v), free(wj), free(w), free(jv);
 }
 
-static void test_jacobian_random_programs(void **state)
+/* check on 150 random programs of up to 12 inputs, 12 outputs and 200
+ * steps (n <= m half of the time: forward sweeps, else reverse), then on
+ * two long ones (gentle, see above), 5 x 40 and 40 x 5. */
+typedef void (*program_check)(const program *p, const double *x, uint64_t *rng);
+
+static void on_random_programs(uint64_t seed, program_check check)
 {
-    uint64_t rng = 0x1ac0b1;
-    (void)state;
+    uint64_t rng = seed;
     for (int k = 0; k < 150; k++) {
-        /* n <= m half of the time (forward sweeps), else reverse sweeps. */
         size_t n = 1 + rng_next(&rng) % 12, m = 1 + rng_next(&rng) % 12;
         size_t len = 1 + rng_next(&rng) % 200;
         double x[12];
         program p;
         fill_uniform(&rng, x, n, -2.0, 2.0);
         program_make(&p, &rng, n, m, len, 0, x);
-        check_program_jacobians(&p, x, &rng);
+        check(&p, x, &rng);
         program_free(&p);
     }
-    /* Long programs (gentle, see above), both sweep directions. */
     for (int k = 0; k < 2; k++) {
         double x[40];
         program p;
         fill_uniform(&rng, x, 40, -1.5, 1.5);
         program_make(&p, &rng, k ? 40 : 5, k ? 5 : 40, 40000, 1, x);
-        check_program_jacobians(&p, x, &rng);
+        check(&p, x, &rng);
         program_free(&p);
     }
 }
 
+static void test_jacobian_random_programs(void **state)
+{
+    (void)state;
+    on_random_programs(0x1ac0b1, check_program_jacobians);
+}
+
 /* ad_sparse_jacobian (dense and hashed store) of a program against its
  * ad_jacobian, with the structure the program's dependency sets predict. */
-static void check_program_sparse(const program *p, const double *x)
+static void check_program_sparse(const program *p, const double *x, uint64_t *rng)
 {
+    (void)rng;
     size_t n = p->n, m = p->m;
     double *J = xmalloc(n * m * sizeof *J), *y = xmalloc(m * sizeof *y), *yw = xmalloc(m * sizeof *yw);
     assert_true(n <= 64);
@@ -805,26 +814,8 @@ static void check_program_sparse(const program *p, const double *x)
  * test_sparse.c), fatal under -fno-sanitize-recover. */
 static void test_sparse_random_programs(void **state)
 {
-    uint64_t rng = 0x5ba25e;
     (void)state;
-    for (int k = 0; k < 150; k++) {
-        size_t n = 1 + rng_next(&rng) % 12, m = 1 + rng_next(&rng) % 12;
-        size_t len = 1 + rng_next(&rng) % 200;
-        double x[12];
-        program p;
-        fill_uniform(&rng, x, n, -2.0, 2.0);
-        program_make(&p, &rng, n, m, len, 0, x);
-        check_program_sparse(&p, x);
-        program_free(&p);
-    }
-    for (int k = 0; k < 2; k++) {
-        double x[40];
-        program p;
-        fill_uniform(&rng, x, 40, -1.5, 1.5);
-        program_make(&p, &rng, k ? 40 : 5, k ? 5 : 40, 40000, 1, x);
-        check_program_sparse(&p, x);
-        program_free(&p);
-    }
+    on_random_programs(0x5ba25e, check_program_sparse);
 }
 
 /* Central finite differences of the plain-double program. */

@@ -230,6 +230,7 @@ static const double *along(ad_tape *t, uint32_t top, size_t L)
 {
     double *tan = t->tan2, *adjd = t->tan2 + ((size_t)top + 1) * L;
     ad_tangent(t, tan, top, L);
+    t->adj_zero = 0;  /* left holding the gradient and more */
     memset(t->adj, 0, ((size_t)top + 1) * sizeof *t->adj);
     memset(adjd, 0, ((size_t)top + 1) * L * sizeof *adjd);
     t->adj[t->outputs[0].id] += 1.0;  /* a constant objective seeds the sink */

@@ -46,7 +46,7 @@ AD_INLINE void apply(const ad__record *r, const double *z, double *adj, const si
 typedef struct place {
     size_t c;
     const ad__record *base, *r;
-    const double *g;
+    double *g;
 } place;
 
 /* Steps down to the next record, into the chunk below at a chunk's start;
@@ -67,16 +67,24 @@ AD_INLINE int step_down(const ad_tape *t, place *p, const size_t L)
 /* A record of another kind (r->b >= AD__ID_END), with cotangents z.  An
  * n-ary header applies the run of slots below it (which may go on in the
  * chunk below) and steps past them; a block output slot steps down to its
- * header, as the slots between do nothing either. */
+ * header, as the slots between do nothing either.  In a gradient's sweep
+ * (one lane) every record leaves its own cotangent 0 once read, for the
+ * next gradient (ad_reverse): a header its own (its slots' are never
+ * written), a block its outputs' after its rule has read them.  Sweeps of
+ * several lanes are for arrays cleared before each use. */
 AD_INLINE void special(const ad_tape *t, place *p, const double *z, double *adj, const size_t L)
 {
     const ad__record *r = p->r;
     if (r->b == AD__NARY) {
+        if (L == 1)
+            p->g[0] = 0.0;
         for (uint32_t k = r->a; k && step_down(t, p, L); k--)
             apply(p->r, z, adj, L);
     } else if (r->b == AD__BLOCK) {
         /* its outputs' slots (AD__OUT) above hold its cotangents */
         ad_block_reverse(t, r, (uint32_t)((size_t)(p->g - adj) / L), adj, L);
+        if (L == 1)
+            memset(p->g, 0, ((size_t)r->a + 1) * sizeof *p->g);
     } else {
         for (uint32_t k = r->a - 1; k && step_down(t, p, L); k--)
             continue;
@@ -95,7 +103,7 @@ AD_INLINE void sweep(const ad_tape *t, double *adj, uint32_t top, const size_t L
     p.g = adj + (size_t)(top + 1) * L;
     for (;;) {
         const ad__record *r = p.r, *base = p.base;
-        const double *g = p.g;
+        double *g = p.g;
         while (r > base) {
             --r;
             g -= L;
@@ -109,6 +117,8 @@ AD_INLINE void sweep(const ad_tape *t, double *adj, uint32_t top, const size_t L
                 r = p.r, base = p.base, g = p.g;
                 continue;
             }
+            if (L == 1)
+                g[0] = 0.0;             /* read once: left as the next gradient wants it */
             apply(r, z, adj, L);
         }
         if (p.c == 0)
@@ -136,7 +146,13 @@ ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj)
     ad_status s = ad_tape_reserve_adjoints(t, hi);
     if (s != AD_OK)
         return s;
-    memset(t->adj, 0, ((size_t)hi + 1) * sizeof *t->adj);
+    /* The sweep leaves the records' cotangents 0, so only what no sweep
+     * has cleared since the array last served another use is cleared. */
+    size_t need = (size_t)hi + 1;
+    if (t->adj_zero < need) {
+        memset(t->adj + t->adj_zero, 0, (need - t->adj_zero) * sizeof *t->adj);
+        t->adj_zero = need;
+    }
     /* Outputs that share an ID add up; a constant output seeds slot 0, the
      * sink, and reaches nothing. */
     for (size_t j = 0; j < m; j++)
@@ -145,5 +161,6 @@ ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj)
     size_t n = t->first - 1;
     if (n)
         memcpy(wj, t->adj + 1, n * sizeof *wj);
+    memset(t->adj, 0, (n + 1) * sizeof *t->adj);  /* the sink and the inputs */
     return AD_OK;
 }

@@ -58,6 +58,7 @@ ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv)
     if (s != AD_OK)
         return s;
     size_t n = t->first - 1;
+    t->adj_zero = 0;  /* the tangents take the cotangents' array */
     t->adj[0] = 0.0;
     if (n)
         memcpy(t->adj + 1, v, n * sizeof *v);

@@ -192,7 +192,11 @@ ad_status ad_tape_begin(ad_tape *t, size_t n, size_t limit, int second)
 
 ad_status ad_tape_reserve_adjoints(ad_tape *t, uint32_t top)
 {
-    return ad_reserve((void **)&t->adj, &t->adj_cap, (size_t)top + 1, sizeof *t->adj);
+    const double *old = t->adj;
+    ad_status s = ad_reserve((void **)&t->adj, &t->adj_cap, (size_t)top + 1, sizeof *t->adj);
+    if (t->adj != old)  /* new memory: nothing known */
+        t->adj_zero = 0;
+    return s;
 }
 
 /* Everything but a second-order record with room: a new chunk, the idle

@@ -43,6 +43,8 @@ typedef struct ad_tape {
     size_t nchunks, chunks_cap;
     double *adj;             /* cotangents, indexed by ID */
     size_t adj_cap;
+    size_t adj_zero;         /* adj[0..adj_zero) are 0: ad_reverse's sweep leaves them so, which
+                                spares it clearing them; any other use of adj sets this to 0 */
     ad_real *inputs;
     size_t inputs_cap;
     size_t inputs_named;     /* inputs[0..inputs_named) already carry their IDs */

@@ -139,6 +139,85 @@ static void test_release(void **state)
     check_add_chain(CHUNK + 1);
 }
 
+/* The reverse sweep leaves the cotangents it read at 0, so that the next
+ * gradient need not clear them (lib/resolve.c).  Gradients of objectives
+ * with n-ary records, matrices and their products (blocks, whose output
+ * slots the sweep skips) and plain chains, taken in turns and between
+ * other uses of the cotangents' array (Jacobians, sparse Jacobians, J v,
+ * Hessian-vector products), must each be bitwise the one taken first,
+ * after ad_release(), from fresh memory. */
+#define TURN_N 12
+
+static ad_real turn_blocks(const ad_real *x, size_t n, void *ctx)
+{
+    ad_real A[9], y[3], s;
+    ad_mat M;
+    (void)n, (void)ctx;
+    for (int k = 0; k < 9; k++)
+        A[k] = ad_mul(x[k % TURN_N], x[(k + 1) % TURN_N]);
+    assert_int_equal(ad_mat_record(3, 3, A, &M), AD_OK);
+    ad_mat_vec(&M, x + 9, y);
+    ad_mat_sqnorm(&M, x + 8, &s);
+    return ad_add(ad_add(ad_dot(3, y, x + 3), s), ad_sqnorm(TURN_N, x));
+}
+
+static ad_real turn_chain(const ad_real *x, size_t n, void *ctx)
+{
+    ad_real acc = x[0];
+    (void)ctx;
+    for (int r = 0; r < 40; r++)
+        for (size_t i = 1; i < n; i++)
+            acc = ad_add(ad_mul(acc, 0.5), ad_sin(ad_mul(x[i], acc)));
+    return acc;
+}
+
+static ad_real turn_short(const ad_real *x, size_t n, void *ctx)
+{
+    (void)n, (void)ctx;
+    return ad_mul(x[2], ad_exp(x[5]));
+}
+
+static void turn_vector(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
+{
+    for (size_t j = 0; j < m; j++)
+        y[j] = ad_mul((double)(j + 1), turn_blocks(x, n, ctx));
+}
+
+static void test_cotangents_left_clear(void **state)
+{
+    static const ad_objective fs[] = {turn_blocks, turn_chain, turn_short};
+    double x[TURN_N], v[TURN_N], first[3][TURN_N], g[TURN_N], fx, y[3], J[3 * TURN_N];
+    uint64_t rng = 0xc1ea2;
+    (void)state;
+    fill_uniform(&rng, x, TURN_N, -1.0, 1.0);
+    fill_uniform(&rng, v, TURN_N, -1.0, 1.0);
+    for (int f = 0; f < 3; f++) {
+        assert_int_equal(ad_release(), AD_OK);
+        assert_int_equal(ad_gradient(fs[f], NULL, TURN_N, x, &fx, first[f]), AD_OK);
+    }
+    static const int order[] = {1, 0, 2, 0, 1, 1, 2, 0, 0, 1, 2, 2, 1, 0, 2, 1, 0, 1, 0, 2,
+                                0, 0, 1, 2};
+    for (size_t k = 0; k < sizeof order / sizeof order[0]; k++) {
+        int f = order[k];
+        assert_int_equal(ad_gradient(fs[f], NULL, TURN_N, x, &fx, g), AD_OK);
+        for (size_t i = 0; i < TURN_N; i++)
+            assert_same(g[i], first[f][i]);
+        /* two gradients in a row, then one of the array's other uses */
+        if (k % 3 != 2)
+            continue;
+        if (k % 4 == 0)
+            assert_int_equal(ad_jacobian(turn_vector, NULL, TURN_N, x, 3, y, J), AD_OK);
+        else if (k % 4 == 1) {
+            ad_csr S;
+            assert_int_equal(ad_sparse_jacobian(turn_vector, NULL, TURN_N, x, 3, y, &S), AD_OK);
+            ad_csr_free(&S);
+        } else if (k % 4 == 2)
+            assert_int_equal(ad_jvp(turn_vector, NULL, TURN_N, x, v, 3, y, J), AD_OK);
+        else
+            assert_int_equal(ad_hvp(fs[f], NULL, TURN_N, x, v, &fx, g, J), AD_OK);
+    }
+}
+
 /* Many inputs and few records: the cotangents must cover the inputs. */
 static ad_real sum_of_squares(const ad_real *x, size_t n, void *ctx)
 {
@@ -244,6 +323,7 @@ int main(void)
         cmocka_unit_test(test_output_from_middle_of_tape),
         cmocka_unit_test(test_release),
         cmocka_unit_test(test_many_inputs),
+        cmocka_unit_test(test_cotangents_left_clear),
         cmocka_unit_test(test_dump),
         cmocka_unit_test(test_dump_after_failure),
     };

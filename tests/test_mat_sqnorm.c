@@ -34,6 +34,15 @@ static int outside(int shape, size_t j, size_t l)
     return (shape == AD__LOWER && l > j) || (shape == AD__UPPER && l < j);
 }
 
+/* Records A, the first m n entries of z, with constant zeros outside the
+ * case's shape (A holds the entries: at most 64). */
+static void record_matrix(const norm_case *c, const ad_real *z, ad_real *A, ad_mat *M)
+{
+    for (size_t k = 0; k < c->m * c->n; k++)
+        A[k] = outside(c->shape, k / c->n, k % c->n) ? ad_const(0.0) : z[k];
+    assert_int_equal(ad_mat_record(c->m, c->n, A, M), AD_OK);
+}
+
 /* z = [A (m n), x (PTS n) if active]: f = sum_k (k + 1) |A x_k|^2, with a
  * product that is not a norm beside them so that both kinds share A. */
 static ad_real norm_objective(const ad_real *z, size_t nz, void *ctx)
@@ -43,9 +52,7 @@ static ad_real norm_objective(const ad_real *z, size_t nz, void *ctx)
     ad_real A[64], y[8], f = ad_const(0.0);
     ad_mat M;
     (void)nz;
-    for (size_t k = 0; k < m * n; k++)
-        A[k] = outside(c->shape, k / n, k % n) ? ad_const(0.0) : z[k];
-    assert_int_equal(ad_mat_record(m, n, A, &M), AD_OK);
+    record_matrix(c, z, A, &M);
     for (size_t k = 0; k < PTS; k++) {
         const ad_real *xr = z + m * n + k * n;
         const double *xd = c->c + k * n;
@@ -130,9 +137,7 @@ static void rows_function(const ad_real *z, size_t nz, ad_real *y, size_t m, voi
     ad_real A[64], v[8];
     ad_mat M;
     (void)nz;
-    for (size_t k = 0; k < mm * n; k++)
-        A[k] = outside(c->shape, k / n, k % n) ? ad_const(0.0) : z[k];
-    assert_int_equal(ad_mat_record(mm, n, A, &M), AD_OK);
+    record_matrix(c, z, A, &M);
     for (size_t k = 0; k < m; k++) {
         const ad_real *xr = z + mm * n + (k % PTS) * n;
         ad_real s;

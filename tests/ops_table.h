@@ -1,7 +1,9 @@
 /* The operations of ops_list.h as tables: each through its generic name,
  * in every mix of ad_real and double, with the objectives and sample points
  * that the first-order (test_ops.c) and second-order (test_hessian.c) tests
- * share.  Header-only; include after check.h and ops_list.h. */
+ * share, and all of them in a list for tests that draw among them
+ * (test_hessian.c, test_linear.c).  Header-only; include after check.h and
+ * ops_list.h. */
 #ifndef DUALREV_TESTS_OPS_TABLE_H
 #define DUALREV_TESTS_OPS_TABLE_H
 
@@ -96,6 +98,28 @@ static inline void draw_binary(binary_point *p, uint64_t *rng)
         p->a = rng_uniform(rng, p->op->alo, p->op->ahi);
         p->b = rng_uniform(rng, p->op->blo, p->op->bhi);
     } while (!p->op->keep(p->a, p->b));
+}
+
+/* ---- every operation, in ops_list.h's order ----
+ *
+ * Through functions, so that a test which draws none has no unused array. */
+
+#define OPS_TABLE_ONE(op, ...) +1
+enum { N_UNARY_OPS = 0 UNARY_OPS(OPS_TABLE_ONE), N_BINARY_OPS = 0 BINARY_OPS(OPS_TABLE_ONE) };
+
+/* The i-th unary (binary) operation, i < N_UNARY_OPS (N_BINARY_OPS). */
+static inline const unary_op *unary_op_at(size_t i)
+{
+#define OPS_TABLE_UNARY(op, ...) &unary_##op,
+    static const unary_op *const all[] = {UNARY_OPS(OPS_TABLE_UNARY)};
+    return all[i];
+}
+
+static inline const binary_op *binary_op_at(size_t i)
+{
+#define OPS_TABLE_BINARY(op, ...) &binary_##op,
+    static const binary_op *const all[] = {BINARY_OPS(OPS_TABLE_BINARY)};
+    return all[i];
 }
 
 #endif

@@ -207,10 +207,6 @@ static void check_against_fd(const char *what, ad_objective f, void *ctx, size_t
  * 2. Elementary operations against finite differences of the gradient
  * ====================================================================== */
 
-#define UNARY_PTR(op, ...) &unary_##op,
-static const unary_op *const unary_all[] = {UNARY_OPS(UNARY_PTR)};
-#define N_UNARY (sizeof unary_all / sizeof unary_all[0])
-
 static void test_unary(void **state)
 {
     const unary_op *op = *state;
@@ -236,10 +232,6 @@ static void test_gamma_negative(void **state)
             check_against_fd(ops[k]->name, unary_objective, (void *)ops[k], 1, &x, &rng);
         }
 }
-
-#define BINARY_PTR(op, ...) &binary_##op,
-static const binary_op *const binary_all[] = {BINARY_OPS(BINARY_PTR)};
-#define N_BINARY (sizeof binary_all / sizeof binary_all[0])
 
 static void check_binary_at(binary_point *p, uint64_t *rng)
 {
@@ -993,12 +985,12 @@ static ad_real random_program(const ad_real *x, size_t n, void *ctx)
     for (int s = 0; s < p->steps && count + VMAX < MAX_NODES; s++) {
         unsigned what = (unsigned)(rng_next(&rng) % 12);
         if (what < 4) {
-            const unary_op *op = unary_all[rng_next(&rng) % N_UNARY];
+            const unary_op *op = unary_op_at(rng_next(&rng) % N_UNARY_OPS);
             int a = pick_unary(&rng, node, count, op);
             if (a >= 0)
                 node[count++] = op->ad(node[a]);
         } else if (what < 8) {
-            const binary_op *op = binary_all[rng_next(&rng) % N_BINARY];
+            const binary_op *op = binary_op_at(rng_next(&rng) % N_BINARY_OPS);
             int form = (int)(rng_next(&rng) % 3);
             for (int tries = 0; tries < 12; tries++) {
                 size_t a = (size_t)(rng_next(&rng) % count), b = (size_t)(rng_next(&rng) % count);

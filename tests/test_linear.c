@@ -22,6 +22,7 @@
 
 #include "check.h"
 #include "ops_list.h"
+#include "ops_table.h"
 #include "../lib/tape.h"  /* test hooks: ad_test_fail_alloc_after, ad_test_sparse_force_hash */
 
 /* ======================================================================
@@ -198,40 +199,6 @@ static void mixed_structure(size_t j, size_t n, unsigned char *flags)
  * [-1.5, 1.5], where derivatives stay moderate, for the finite differences.
  * ====================================================================== */
 
-typedef struct unary_op {
-    const char *name;
-    ad_real (*ad)(ad_real);
-    double (*ref)(double);
-    double lo, hi;
-    int (*keep)(double);
-} unary_op;
-
-typedef struct binary_op {
-    const char *name;
-    ad_real (*rr)(ad_real, ad_real);
-    ad_real (*rd)(ad_real, double);
-    ad_real (*dr)(double, ad_real);
-    double (*ref)(double, double);
-    double alo, ahi, blo, bhi;
-    int (*keep)(double, double);
-} binary_op;
-
-#define UNARY_FN(op, ref, lo, hi, keep) static ad_real un_##op(ad_real x) { return ad_##op(x); }
-#define UNARY_ENTRY(op, ref, lo, hi, keep) {#op, un_##op, ref, lo, hi, keep},
-#define BINARY_FN(op, ref, alo, ahi, blo, bhi, keep)                                \
-    static ad_real rr_##op(ad_real a, ad_real b) { return ad_##op(a, b); }          \
-    static ad_real rd_##op(ad_real a, double b) { return ad_##op(a, b); }           \
-    static ad_real dr_##op(double a, ad_real b) { return ad_##op(a, b); }
-#define BINARY_ENTRY(op, ref, alo, ahi, blo, bhi, keep) \
-    {#op, rr_##op, rd_##op, dr_##op, ref, alo, ahi, blo, bhi, keep},
-
-UNARY_OPS(UNARY_FN)
-BINARY_OPS(BINARY_FN)
-static const unary_op unary_ops[] = {UNARY_OPS(UNARY_ENTRY)};
-static const binary_op binary_ops[] = {BINARY_OPS(BINARY_ENTRY)};
-#define N_UNARY (sizeof unary_ops / sizeof unary_ops[0])
-#define N_BINARY (sizeof binary_ops / sizeof binary_ops[0])
-
 enum { P_CONST, P_UNARY, P_BINARY, P_SUM, P_DOT };
 #define P_MAXK 5
 
@@ -281,8 +248,8 @@ static double eval_d(const program *p, const insn *I, const double *val)
     double s = 0.0;
     switch (I->kind) {
     case P_CONST: return I->c;
-    case P_UNARY: return unary_ops[I->op].ref(arg_d(a, val));
-    case P_BINARY: return binary_ops[I->op].ref(arg_d(a, val), arg_d(a + 1, val));
+    case P_UNARY: return unary_op_at((size_t)I->op)->ref(arg_d(a, val));
+    case P_BINARY: return binary_op_at((size_t)I->op)->ref(arg_d(a, val), arg_d(a + 1, val));
     case P_SUM:
         for (size_t i = 0; i < I->k; i++)
             s += arg_d(a + i, val);
@@ -302,9 +269,9 @@ static ad_real eval_r(const program *p, const insn *I, const ad_real *val)
     ad_real t[2 * P_MAXK];
     switch (I->kind) {
     case P_CONST: return ad_const(I->c);
-    case P_UNARY: return unary_ops[I->op].ad(arg_r(a, val));
+    case P_UNARY: return unary_op_at((size_t)I->op)->ad(arg_r(a, val));
     case P_BINARY: {
-        const binary_op *op = &binary_ops[I->op];
+        const binary_op *op = binary_op_at((size_t)I->op);
         ad_real u = arg_r(a, val), w = arg_r(a + 1, val);
         /* A constant argument goes through the mixed forms. */
         if (!u.id && w.id)
@@ -427,8 +394,8 @@ static void program_make(program *p, uint64_t *rng, size_t n, size_t m, size_t l
             }
             if (r < 58) {
                 I.kind = P_UNARY;
-                I.op = (int)(rng_next(rng) % N_UNARY);
-                const unary_op *op = &unary_ops[I.op];
+                I.op = (int)(rng_next(rng) % N_UNARY_OPS);
+                const unary_op *op = unary_op_at((size_t)I.op);
                 t[0] = pick_arg(rng, val, count, op->lo, op->hi, gentle);
                 nargs = 1;
                 if (op->keep(arg_d(&t[0], val)))
@@ -436,8 +403,8 @@ static void program_make(program *p, uint64_t *rng, size_t n, size_t m, size_t l
                 continue;
             }
             I.kind = P_BINARY;
-            I.op = (int)(rng_next(rng) % N_BINARY);
-            const binary_op *op = &binary_ops[I.op];
+            I.op = (int)(rng_next(rng) % N_BINARY_OPS);
+            const binary_op *op = binary_op_at((size_t)I.op);
             t[0] = pick_arg(rng, val, count, op->alo, op->ahi, gentle);
             t[1] = pick_arg(rng, val, count, op->blo, op->bhi, gentle);
             nargs = 2;

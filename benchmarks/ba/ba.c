@@ -144,13 +144,20 @@ void ba_observation_ad(const ad_real *x, size_t n, ad_real *y, size_t m, void *c
 
 /* ---- Jacobian structure and per-observation assembly ---- */
 
+/* Observation i's block is three runs of consecutive columns: its camera's,
+ * its point's and its weight's; the first column of each. */
+static void block_runs(const ba_problem *p, size_t i, size_t *cam, size_t *pt, size_t *w)
+{
+    *cam = BA_CAM * p->obs[2 * i];
+    *pt = BA_CAM * p->n_cams + BA_PT * p->obs[2 * i + 1];
+    *w = BA_CAM * p->n_cams + BA_PT * p->n_pts + i;
+}
+
 size_t ba_block_column(const ba_problem *p, size_t i, size_t k)
 {
-    if (k < BA_CAM)
-        return BA_CAM * p->obs[2 * i] + k;
-    if (k < BA_CAM + BA_PT)
-        return BA_CAM * p->n_cams + BA_PT * p->obs[2 * i + 1] + (k - BA_CAM);
-    return BA_CAM * p->n_cams + BA_PT * p->n_pts + i;
+    size_t cam, pt, w;
+    block_runs(p, i, &cam, &pt, &w);
+    return k < BA_CAM ? cam + k : k < BA_CAM + BA_PT ? pt + (k - BA_CAM) : w;
 }
 
 int ba_block_used(int axis, size_t k)
@@ -189,18 +196,17 @@ void ba_csr_release(ad_csr *J)
     memset(J, 0, sizeof *J);
 }
 
-/* Observation i's 15 input columns and their values in x: three runs of
- * consecutive columns (ba_block_column), its camera's, its point's and its
- * weight. */
+/* Observation i's 15 input columns and their values in x, run by run. */
 static void gather_block(const ba_problem *p, const double *x, size_t i, size_t *cols,
                          double *in)
 {
-    size_t cam = BA_CAM * p->obs[2 * i], pt = BA_CAM * p->n_cams + BA_PT * p->obs[2 * i + 1];
+    size_t cam, pt, w;
+    block_runs(p, i, &cam, &pt, &w);
     for (size_t k = 0; k < BA_CAM; k++)
         cols[k] = cam + k;
     for (size_t k = 0; k < BA_PT; k++)
         cols[BA_CAM + k] = pt + k;
-    cols[BA_BLOCK - 1] = BA_CAM * p->n_cams + BA_PT * p->n_pts + i;
+    cols[BA_BLOCK - 1] = w;
     for (size_t k = 0; k < BA_BLOCK; k++)
         in[k] = x[cols[k]];
 }
@@ -213,12 +219,13 @@ static size_t put_reproj_rows(size_t i, const size_t *cols, const double *block,
                               size_t e)
 {
     for (int axis = 0; axis < 2; axis++) {
-        size_t unused = (size_t)(BA_PRINCIPAL + 1 - axis);  /* !ba_block_used */
         J->row_ptr[2 * i + (size_t)axis] = e;
+        /* each entry written, kept if used: the unused one is never the
+         * last, so nothing is written past the rows */
         for (size_t k = 0; k < BA_BLOCK; k++) {
             J->col[e] = cols[k];
             J->val[e] = block[axis * BA_BLOCK + k];
-            e += k != unused;
+            e += (size_t)ba_block_used(axis, k);
         }
     }
     return e;

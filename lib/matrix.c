@@ -788,19 +788,26 @@ void ad_mat_sqnorm_rd(const ad_mat *M, const double *x, ad_real *s)
     product_of(M, NULL, x, s, 1);
 }
 
+/* (M x)_j from M's values, its terms in column order. */
+static double row_value(const ad_mat *M, const double *x, size_t j)
+{
+    size_t n = M->cols, lo, hi;
+    double v = 0.0;
+    row_range(M->shape, j, n, &lo, &hi);
+    for (size_t l = lo; l < hi; l++)
+        v += entry(M, j * n + l) * x[l];
+    return v;
+}
+
 double ad__mat_sqnorm_values(const ad_mat *M, const double *x)
 {
     if (!M || (M->rows && M->cols && !x)) {
         ad_fail_recording(AD_EINVAL);
         return NAN;
     }
-    size_t n = M->cols, lo, hi;
     double s = 0.0;
     for (size_t j = 0; j < M->rows; j++) {
-        double v = 0.0;
-        row_range(M->shape, j, n, &lo, &hi);
-        for (size_t l = lo; l < hi; l++)
-            v += entry(M, j * n + l) * x[l];
+        double v = row_value(M, x, j);
         s += v * v;
     }
     return s;
@@ -812,12 +819,6 @@ void ad__mat_vec_values(const ad_mat *M, const double *x, double *y)
         ad_fail_recording(AD_EINVAL);
         return;
     }
-    size_t n = M->cols, lo, hi;
-    for (size_t j = 0; j < M->rows; j++) {
-        double v = 0.0;
-        row_range(M->shape, j, n, &lo, &hi);
-        for (size_t l = lo; l < hi; l++)
-            v += entry(M, j * n + l) * x[l];
-        y[j] = v;
-    }
+    for (size_t j = 0; j < M->rows; j++)
+        y[j] = row_value(M, x, j);
 }

@@ -651,14 +651,8 @@ static ad_status append_rows(row_state *rs, csr_out *o, size_t j0, size_t B, siz
 {
     ad_csr *J = o->J;
     size_t need = 0, n = rs->cols.len;
-    if (n > rs->found_cap) {
-        cell *f = ad_alloc(n * sizeof *f);
-        if (!f)
-            return AD_ENOMEM;
-        ad_free(rs->found);
-        rs->found = f;
-        rs->found_cap = n;
-    }
+    if (ad_reserve((void **)&rs->found, &rs->found_cap, n, sizeof *rs->found) != AD_OK)
+        return AD_ENOMEM;
     cell *found = rs->found;
     for (size_t k = 0; k < n; k++) {
         found[k] = rs->hashed ? reached(rs, &rs->h, rs->cols.p[k], GROUP, 1)

@@ -1,6 +1,10 @@
 /* dualrev: allocation with fault injection for the tests. */
+#define _DEFAULT_SOURCE 1 /* madvise */
 #include <stdint.h>
 #include <stdlib.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "alloc.h"
 
@@ -11,16 +15,35 @@ void ad_test_fail_alloc_after(long after)
     fail_countdown = after;
 }
 
+/* A buffer of whole huge pages: tape slabs, long cotangent arrays.  A
+ * sweep streams through them, and on 4 KiB pages it would miss the TLB
+ * every 4 KiB (dearer still under a hypervisor's nested page tables), and
+ * each first touch of a page costs a fault of its own. */
+#define HUGE_PAGE ((size_t)2 << 20)
+
+static void *alloc_huge(size_t bytes)
+{
+    size_t size = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    void *p = aligned_alloc(HUGE_PAGE, size);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (p)
+        (void)madvise(p, size, MADV_HUGEPAGE);  /* advice: refused, it changes nothing */
+#endif
+    return p;
+}
+
 void *ad_alloc(size_t bytes)
 {
     if (fail_countdown == 0)
         return NULL;
     if (fail_countdown > 0)
         fail_countdown--;
+    if (bytes > SIZE_MAX - HUGE_PAGE)
+        return NULL;
+    if (bytes >= HUGE_PAGE)
+        return alloc_huge(bytes);
     /* Cache-line aligned: records and cotangents never straddle lines, and
      * streams start on a line.  aligned_alloc wants a multiple of 64. */
-    if (bytes > SIZE_MAX - 63)
-        return NULL;
     return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
 }
 

@@ -15,11 +15,55 @@ static tss_t exit_key;
 static int exit_key_ok;
 static once_flag exit_key_once = ONCE_FLAG_INIT;
 
+/* Chunks after the first come AD_SLAB at a time, in one allocation of
+ * 6 MiB: three whole huge pages (alloc.c) that nothing else shares.  A
+ * short tape stays in its first chunk, on ordinary pages, where a first
+ * touch faults in 4 KiB, not 2 MiB. */
+#define AD_SLAB 4
+_Static_assert(AD_SLAB * AD_CHUNK * sizeof(ad__record) % ((size_t)2 << 20) == 0,
+               "a slab is whole huge pages");
+
+/* Whether chunk k starts an allocation: 0, then 1, 1 + AD_SLAB, ... */
+static int slab_start(size_t k)
+{
+    return k == 0 || (k - 1) % AD_SLAB == 0;
+}
+
+static void free_chunks(void **chunks, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        if (slab_start(k))
+            ad_free(chunks[k]);
+    ad_free(chunks);
+}
+
+/* Appends the next allocation's chunks, of `bytes` each, to a chunk table
+ * (*n in use, room for *cap).  The table grows by copying: it is small. */
+static ad_status add_chunks(void ***chunks, size_t *n, size_t *cap, size_t bytes)
+{
+    size_t add = *n ? AD_SLAB : 1;
+    if (*n + add > *cap) {
+        size_t room = *cap ? 2 * *cap : 16;
+        void **p = ad_alloc(room * sizeof *p);
+        if (!p)
+            return AD_ENOMEM;
+        if (*n)
+            memcpy(p, *chunks, *n * sizeof *p);
+        ad_free(*chunks);
+        *chunks = p;
+        *cap = room;
+    }
+    unsigned char *mem = ad_alloc(add * bytes);
+    if (!mem)
+        return AD_ENOMEM;
+    for (size_t i = 0; i < add; i++)
+        (*chunks)[(*n)++] = mem + i * bytes;
+    return AD_OK;
+}
+
 void ad_tape_free(ad_tape *t)
 {
-    for (size_t i = 0; i < t->nchunks; i++)
-        ad_free(t->chunks[i]);
-    ad_free(t->chunks);
+    free_chunks((void **)t->chunks, t->nchunks);
     ad_free(t->adj);
     ad_free(t->inputs);
     ad_free(t->outputs);
@@ -29,9 +73,7 @@ void ad_tape_free(ad_tape *t)
     ad_free(t->blocks);
     ad_free(t->work);
     ad_free(t->flags);
-    for (size_t i = 0; i < t->naux; i++)
-        ad_free(t->aux[i]);
-    ad_free(t->aux);
+    free_chunks((void **)t->aux, t->naux);
     ad_free(t->tan2);
     memset(t, 0, sizeof *t);
 }
@@ -99,21 +141,11 @@ ad_status ad_reserve(void **buf, size_t *cap, size_t need, size_t elem)
 /* The second partials' chunk beside chunk k, allocated on first use. */
 static ad_status open_aux(ad_tape *t, size_t k)
 {
-    if (k < t->naux)
-        return AD_OK;
-    if (t->naux == 0 || (t->naux & (t->naux - 1)) == 0) {  /* a power of 2: full */
-        size_t cap = t->naux ? 2 * t->naux : 16;
-        ad_aux **p = ad_alloc(cap * sizeof *p);
-        if (!p)
-            return AD_ENOMEM;
-        if (t->naux)
-            memcpy(p, t->aux, t->naux * sizeof *p);
-        ad_free(t->aux);
-        t->aux = p;
+    while (k >= t->naux) {
+        ad_status s = add_chunks((void ***)&t->aux, &t->naux, &t->aux_cap, AD_CHUNK * sizeof(ad_aux));
+        if (s != AD_OK)
+            return s;
     }
-    if (!(t->aux[t->naux] = ad_alloc(AD_CHUNK * sizeof(ad_aux))))
-        return AD_ENOMEM;
-    t->naux++;
     return AD_OK;
 }
 
@@ -123,21 +155,10 @@ static ad_status open_chunk(ad_tape *t)
     if (room == 0)
         return AD_ERANGE;
     if (t->open == t->nchunks) {
-        if (t->nchunks == t->chunks_cap) {
-            size_t cap = t->chunks_cap ? 2 * t->chunks_cap : 16;
-            ad__record **p = ad_alloc(cap * sizeof *p);
-            if (!p)
-                return AD_ENOMEM;
-            if (t->nchunks)
-                memcpy(p, t->chunks, t->nchunks * sizeof *p);
-            ad_free(t->chunks);
-            t->chunks = p;
-            t->chunks_cap = cap;
-        }
-        ad__record *c = ad_alloc(AD_CHUNK * sizeof *c);
-        if (!c)
-            return AD_ENOMEM;
-        t->chunks[t->nchunks++] = c;
+        ad_status s = add_chunks((void ***)&t->chunks, &t->nchunks, &t->chunks_cap,
+                                 AD_CHUNK * sizeof(ad__record));
+        if (s != AD_OK)
+            return s;
     }
     ad__record *c = t->chunks[t->open++];
     t->cursor.cur = c;

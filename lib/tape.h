@@ -74,7 +74,7 @@ typedef struct ad_tape {
     ad__record *room_base;   /* the current chunk, and its aux: a record's */
     ad_aux *aux_base;        /* second partials sit at the same offset */
     ad_aux **aux;            /* aux[k] beside chunks[k]; kept between calls */
-    size_t naux;
+    size_t naux, aux_cap;
     size_t no_second;        /* blocks without a second-order rule */
     double *tan2;            /* hessian.c: tangents, then the cotangents' tangents */
     size_t tan2_cap;

@@ -102,24 +102,28 @@ AD_INLINE void sweep(const ad_tape *t, double *adj, uint32_t top, const size_t L
     p.r = p.base + (k & (AD_CHUNK - 1)) + 1;
     p.g = adj + (size_t)(top + 1) * L;
     for (;;) {
+        /* The run of ordinary records below p.r, in this chunk: the loop
+         * keeps no state that a record of another kind would change. */
         const ad__record *r = p.r, *base = p.base;
         double *g = p.g;
-        while (r > base) {
+        while (r > base && AD__LIKELY(r[-1].b < AD__ID_END)) {
             --r;
             g -= L;
             double z[AD_LANES];         /* copied: apply() writes into adj */
             for (size_t l = 0; l < L; l++)
                 z[l] = g[l];
-            if (AD__UNLIKELY(r->b >= AD__ID_END)) {
-                p.r = r;
-                p.g = g;
-                special(t, &p, z, adj, L);
-                r = p.r, base = p.base, g = p.g;
-                continue;
-            }
             if (L == 1)
                 g[0] = 0.0;             /* read once: left as the next gradient wants it */
             apply(r, z, adj, L);
+        }
+        if (r > base) {
+            p.r = r - 1;
+            p.g = g - L;
+            double z[AD_LANES];
+            for (size_t l = 0; l < L; l++)
+                z[l] = p.g[l];
+            special(t, &p, z, adj, L);
+            continue;
         }
         if (p.c == 0)
             break;

@@ -41,6 +41,23 @@ AD_INLINE void apply(const ad__record *r, const double *z, double *adj, const si
     axpy(pb, z, wb, L);
 }
 
+/* Asks for the records and cotangents the sweep reaches PREFETCH steps
+ * later.  A long tape is streamed from memory downwards, and the hardware
+ * prefetchers stop at each 4 KiB page boundary.  The addresses below a
+ * chunk's start are computed as integers and never dereferenced: a
+ * prefetch does not fault. */
+#define PREFETCH 64
+
+AD_INLINE void prefetch_below(const ad__record *r, const double *g, const size_t L)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch((const void *)((uintptr_t)r - PREFETCH * sizeof *r));
+    __builtin_prefetch((const void *)((uintptr_t)g - PREFETCH * L * sizeof *g), 1);
+#else
+    (void)r, (void)g, (void)L;
+#endif
+}
+
 /* Where the sweep is: record r, the next to apply is r - 1, in chunk c
  * whose first record is base; g points at the cotangents of r's ID. */
 typedef struct place {
@@ -109,6 +126,7 @@ AD_INLINE void sweep(const ad_tape *t, double *adj, uint32_t top, const size_t L
         while (r > base && AD__LIKELY(r[-1].b < AD__ID_END)) {
             --r;
             g -= L;
+            prefetch_below(r, g, L);
             double z[AD_LANES];         /* copied: apply() writes into adj */
             for (size_t l = 0; l < L; l++)
                 z[l] = g[l];

@@ -133,6 +133,9 @@ typedef struct ad_csr {
  * records it reaches. */
 AD_API ad_status ad_sparse_jacobian(ad_function f, void *ctx, size_t n, const double *x,
                                     size_t m, double *y, ad_csr *J);
+/* Frees J's arrays and zeroes J.  The arrays are kept, for the calling
+ * thread's next ad_sparse_jacobian to take over, until the thread frees
+ * another Jacobian, calls ad_release() or exits. */
 AD_API void ad_csr_free(ad_csr *J);
 
 /* ---- functions dualrev cannot see: user-supplied derivatives ----
@@ -192,9 +195,9 @@ AD_API ad_status ad_tape_stats_get(ad_tape_stats *out);
  * tapes; AD_EINVAL if there is no complete recording, AD_EBUSY inside one. */
 AD_API ad_status ad_tape_dump(FILE *out, size_t max_records);
 
-/* Give the calling thread's tape memory back to the system.  AD_EBUSY while
- * a recording is active on this thread.  Memory is otherwise kept until the
- * thread exits. */
+/* Give the calling thread's tape memory, and the arrays ad_csr_free kept,
+ * back to the system.  AD_EBUSY while a recording is active on this thread.
+ * Memory is otherwise kept until the thread exits. */
 AD_API ad_status ad_release(void);
 
 #include "dualrev/ops.h"

@@ -603,12 +603,51 @@ static void prefetch_group(const hot *h, const ad_real *out, size_t B)
 #endif
 }
 
-/* ---- the CSR being built ---- */
+/* ---- the CSR being built ----
+ *
+ * ad_csr_free keeps the arrays of the last Jacobian freed on a thread for
+ * the next one built there, as the tape keeps its memory: a Newton or
+ * Gauss-Newton loop builds one of much the same size at every step, and
+ * fresh memory is paid for page by page when it is first touched. */
 
 typedef struct csr_out {
     ad_csr *J;
     size_t cap;  /* entries room in J->col and J->val */
 } csr_out;
+
+static int csr_resize(csr_out *o, size_t cap);
+
+void ad_spare_csr_free(ad_thread *th)
+{
+    ad_free(th->spare.row_ptr);
+    ad_free(th->spare.col);
+    ad_free(th->spare.val);
+    memset(&th->spare, 0, sizeof th->spare);
+}
+
+/* J's row pointers for m rows, and room for `want` entries: the spare
+ * arrays where they are large enough, else new ones.  The spare arrays
+ * left over are freed. */
+static int csr_start(csr_out *o, size_t m, size_t want)
+{
+    ad_thread *th = ad_thread_self();
+    ad_csr *J = o->J, *sp = &th->spare;
+    if (sp->row_ptr && sp->rows >= m) {
+        J->row_ptr = sp->row_ptr;
+        sp->row_ptr = NULL;
+    }
+    if (sp->col && sp->nnz >= want) {
+        J->col = sp->col;
+        J->val = sp->val;
+        o->cap = sp->nnz;
+        sp->col = NULL;
+        sp->val = NULL;
+    }
+    ad_spare_csr_free(th);
+    if (!J->row_ptr && !(J->row_ptr = ad_alloc((m + 1) * sizeof *J->row_ptr)))
+        return 0;
+    return want <= o->cap || csr_resize(o, want);
+}
 
 /* Moves J's entries to arrays of `cap` entries. */
 static int csr_resize(csr_out *o, size_t cap)
@@ -752,11 +791,8 @@ static ad_status build(ad_tape *t, size_t n, size_t m, ad_csr *J)
     csr_out o = {J, 0};
     J->rows = m;
     J->cols = n;
-    J->row_ptr = ad_alloc((m + 1) * sizeof *J->row_ptr);
     rs.h.win = ad_alloc(sizeof *rs.h.win);
-    ad_status s = J->row_ptr && rs.h.win ? AD_OK : AD_ENOMEM;
-    if (s == AD_OK && t->sparse_nnz && !csr_resize(&o, t->sparse_nnz))
-        s = AD_ENOMEM;
+    ad_status s = rs.h.win && csr_start(&o, m, t->sparse_nnz) ? AD_OK : AD_ENOMEM;
     for (size_t j0 = 0; j0 < m && s == AD_OK; j0 += L) {
         /* a last group of one row takes one lane: every lane of a group
          * is then a row's, and no lane is computed from unset values */
@@ -776,13 +812,24 @@ static ad_status build(ad_tape *t, size_t n, size_t m, ad_csr *J)
     return s;
 }
 
+/* The arrays become the thread's spare ones (freeing those it had); their
+ * sizes are the least J says they hold. */
 void ad_csr_free(ad_csr *J)
 {
     if (!J)
         return;
-    ad_free(J->row_ptr);
-    ad_free(J->col);
-    ad_free(J->val);
+    ad_thread *th = ad_thread_self();
+    ad_spare_csr_free(th);
+    th->spare.row_ptr = J->row_ptr;
+    th->spare.rows = J->row_ptr ? J->rows : 0;
+    if (J->col && J->val) {
+        th->spare.col = J->col;
+        th->spare.val = J->val;
+        th->spare.nnz = J->nnz;
+    } else {
+        ad_free(J->col);
+        ad_free(J->val);
+    }
     memset(J, 0, sizeof *J);
 }
 

@@ -85,6 +85,7 @@ static void free_tapes(ad_thread *th)
     ad_free(th->scratch);
     th->scratch = NULL;
     th->scratch_cap = 0;
+    ad_spare_csr_free(th);
 }
 
 static void free_thread(void *p)

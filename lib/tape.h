@@ -87,7 +87,12 @@ typedef struct ad_thread {
     int registered;          /* thread-exit cleanup armed */
     double *scratch;         /* reduce.c: partials of one primitive, before they are recorded */
     size_t scratch_cap;
+    ad_csr spare;            /* sparse.c: the arrays of the last Jacobian freed on this thread,
+                                for the next one built here: rows + 1 and nnz entries */
 } ad_thread;
+
+/* sparse.c: frees th's spare Jacobian arrays. */
+AD_HIDDEN void ad_spare_csr_free(ad_thread *th);
 
 AD_HIDDEN ad_thread *ad_thread_self(void);
 

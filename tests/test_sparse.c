@@ -693,6 +693,47 @@ static void test_calls_in_sequence(void **state)
     sp_free(&A), sp_free(&B), sp_free(&C);
 }
 
+/* Leaves every entry and row pointer of J wrong, then frees it. */
+static void poison_and_free(ad_csr *J)
+{
+    for (size_t k = 0; k < J->nnz; k++)
+        J->col[k] = SIZE_MAX, J->val[k] = NAN;
+    for (size_t j = 0; j <= J->rows; j++)
+        J->row_ptr[j] = SIZE_MAX;
+    ad_csr_free(J);
+}
+
+/* ad_csr_free keeps a Jacobian's arrays for the thread's next one: one of
+ * the same size takes them over, whatever they were left holding.  One
+ * much smaller, or larger, gets arrays of its own (at most a quarter
+ * larger than it needs). */
+static void test_arrays_kept_for_next_call(void **state)
+{
+    uint64_t rng = 0x5a7e;
+    sp_fun big, small;
+    double xb[60], xb2[60], xs[7], y[80];
+    ad_csr J;
+    (void)state;
+    fill_uniform(&rng, xb, 60, -2.0, 2.0);
+    fill_uniform(&rng, xb2, 60, -2.0, 2.0);
+    fill_uniform(&rng, xs, 7, -2.0, 2.0);
+    sp_make(&big, &rng, 60, 80, 20, 0);
+    sp_make(&small, &rng, 7, 30, 5, 0);
+    assert_int_equal(ad_sparse_jacobian(sp_f, &big, 60, xb, 80, y, &J), AD_OK);
+    size_t *row_ptr = J.row_ptr, *col = J.col;
+    double *val = J.val;
+    poison_and_free(&J);
+    assert_int_equal(ad_sparse_jacobian(sp_f, &big, 60, xb2, 80, y, &J), AD_OK);
+    assert_ptr_equal(J.row_ptr, row_ptr);
+    assert_ptr_equal(J.col, col);
+    assert_ptr_equal(J.val, val);
+    poison_and_free(&J);
+    check_sp(&big, xb2);  /* the structure and values, on the poisoned arrays */
+    check_sp(&small, xs);
+    check_sp(&big, xb);
+    sp_free(&big), sp_free(&small);
+}
+
 /* ---- nested calls ---- */
 
 /* An objective that takes the sparse Jacobian of special_f at its own
@@ -1122,6 +1163,7 @@ int main(void)
         BOTH(test_rows_as_if_alone),
         BOTH(test_lanes_kept_apart),
         BOTH(test_calls_in_sequence),
+        BOTH(test_arrays_kept_for_next_call),
         BOTH(test_empty_shapes),
         BOTH(test_rows_reaching_nothing_first),
     };

@@ -45,8 +45,10 @@ AD_INLINE void apply(const ad__record *r, const double *z, double *adj, const si
  * later.  A long tape is streamed from memory downwards, and the hardware
  * prefetchers stop at each 4 KiB page boundary.  The addresses below a
  * chunk's start are computed as integers and never dereferenced: a
- * prefetch does not fault. */
+ * prefetch does not fault.  Sweeps over fewer than FAR records, whose
+ * tape the caches still hold, do without (the sweep is compiled both ways). */
 #define PREFETCH 64
+#define FAR ((uint32_t)1 << 15)
 
 AD_INLINE void prefetch_below(const ad__record *r, const double *g, const size_t L)
 {
@@ -108,7 +110,7 @@ AD_INLINE void special(const ad_tape *t, place *p, const double *z, double *adj,
     }
 }
 
-AD_INLINE void sweep(const ad_tape *t, double *adj, uint32_t top, const size_t L)
+AD_INLINE void sweep(const ad_tape *t, double *adj, uint32_t top, const size_t L, const int far)
 {
     if (top < t->first)
         return;
@@ -126,7 +128,8 @@ AD_INLINE void sweep(const ad_tape *t, double *adj, uint32_t top, const size_t L
         while (r > base && AD__LIKELY(r[-1].b < AD__ID_END)) {
             --r;
             g -= L;
-            prefetch_below(r, g, L);
+            if (far)
+                prefetch_below(r, g, L);
             double z[AD_LANES];         /* copied: apply() writes into adj */
             for (size_t l = 0; l < L; l++)
                 z[l] = g[l];
@@ -154,12 +157,13 @@ AD_INLINE void sweep(const ad_tape *t, double *adj, uint32_t top, const size_t L
 void ad_resolve(ad_tape *t, double *adj, uint32_t top, size_t lanes)
 {
     t->sweeps++;
+    int far = top - t->first >= FAR;  /* wraps for top < first: no records, no matter */
     if (lanes == 1)
-        sweep(t, adj, top, 1);
+        far ? sweep(t, adj, top, 1, 1) : sweep(t, adj, top, 1, 0);
     else if (lanes == 2)
-        sweep(t, adj, top, 2);
+        far ? sweep(t, adj, top, 2, 1) : sweep(t, adj, top, 2, 0);
     else
-        sweep(t, adj, top, AD_LANES);
+        far ? sweep(t, adj, top, AD_LANES, 1) : sweep(t, adj, top, AD_LANES, 0);
 }
 
 ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj)

@@ -249,6 +249,8 @@ uint32_t ad__push_slow(ad__cursor *c, uint32_t a, double wa, uint32_t b, double 
     if (c == &idle_cursor || (uintptr_t)c->cur >= (uintptr_t)t->second_end)
         return push_rare(c, a, wa, b, wb, op, x, y, v);
     ad__record *r = t->cursor.cur;
+    ad__ahead(r);
+    ad__ahead((const ad__record *)(void *)((uintptr_t)r + t->aux_shift));  /* its second partials */
     r->a = a;
     r->b = b;
     r->wa = wa;

@@ -16,18 +16,20 @@ static tss_t exit_key;
 static int exit_key_ok;
 static once_flag exit_key_once = ONCE_FLAG_INIT;
 
-/* Chunks after the first come AD_SLAB at a time, in one allocation of
- * 6 MiB: three whole huge pages (alloc.c) that nothing else shares.  A
- * short tape stays in its first chunk, on ordinary pages, where a first
- * touch faults in 4 KiB, not 2 MiB. */
+/* The first AD_SLAB chunks are allocated one by one; later ones come
+ * AD_SLAB at a time, in one allocation of 6 MiB: three whole huge pages
+ * (alloc.c) that nothing else shares.  A tape of up to 6 MiB thus reserves
+ * only the chunks it uses, on ordinary pages, where a first touch faults in
+ * 4 KiB, not 2 MiB. */
 #define AD_SLAB 4
 _Static_assert(AD_SLAB * AD_CHUNK * sizeof(ad__record) % ((size_t)2 << 20) == 0,
                "a slab is whole huge pages");
 
-/* Whether chunk k starts an allocation: 0, then 1, 1 + AD_SLAB, ... */
+/* Whether chunk k starts an allocation: 0 .. AD_SLAB - 1, then every
+ * AD_SLAB-th. */
 static int slab_start(size_t k)
 {
-    return k == 0 || (k - 1) % AD_SLAB == 0;
+    return k < AD_SLAB || k % AD_SLAB == 0;
 }
 
 static void free_chunks(void **chunks, size_t n)
@@ -42,7 +44,7 @@ static void free_chunks(void **chunks, size_t n)
  * (*n in use, room for *cap).  The table grows by copying: it is small. */
 static ad_status add_chunks(void ***chunks, size_t *n, size_t *cap, size_t bytes)
 {
-    size_t add = *n ? AD_SLAB : 1;
+    size_t add = *n < AD_SLAB ? 1 : AD_SLAB;
     if (*n + add > *cap) {
         size_t room = *cap ? 2 * *cap : 16;
         void **p = ad_alloc(room * sizeof *p);

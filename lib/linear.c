@@ -76,21 +76,33 @@ static void jacobian_by_columns(ad_tape *t, size_t n, size_t m, uint32_t hi, dou
     }
 }
 
+/* Rows j0 .. j0 + B of J from the inputs' cotangents, lane b row j0 + b;
+ * written once for each lane count, so that the loop knows its stride. */
+AD_INLINE void rows_out(const double *adj, size_t n, size_t j0, size_t B, double *jac, const size_t L)
+{
+    for (size_t b = 0; b < B; b++)
+        for (size_t i = 0; i < n; i++)
+            jac[(j0 + b) * n + i] = adj[(i + 1) * L + b];
+}
+
 /* Rows of J, AD_LANES at a time: one reverse sweep per block, from the
- * block's highest output down. */
-static void jacobian_by_rows(ad_tape *t, size_t n, size_t m, double *jac)
+ * block's highest output down (hi, every output's, for a single block). */
+static void jacobian_by_rows(ad_tape *t, size_t n, size_t m, uint32_t hi, double *jac)
 {
     double *adj = t->adj;
     for (size_t j0 = 0; j0 < m; j0 += AD_LANES) {
         size_t B = m - j0 < AD_LANES ? m - j0 : AD_LANES, L = lanes_for(B);
-        uint32_t top = ad_outputs_top_of(t, j0, B);
+        uint32_t top = B == m ? hi : ad_outputs_top_of(t, j0, B);
         memset(adj, 0, ((size_t)top + 1) * L * sizeof *adj);
         for (size_t b = 0; b < B; b++)
             adj[(size_t)t->outputs[j0 + b].id * L + b] += 1.0;
         ad_resolve(t, adj, top, L);
-        for (size_t b = 0; b < B; b++)
-            for (size_t i = 0; i < n; i++)
-                jac[(j0 + b) * n + i] = adj[(i + 1) * L + b];
+        if (L == 1)
+            rows_out(adj, n, j0, B, jac, 1);
+        else if (L == 2)
+            rows_out(adj, n, j0, B, jac, 2);
+        else
+            rows_out(adj, n, j0, B, jac, AD_LANES);
     }
 }
 
@@ -114,7 +126,7 @@ ad_status ad_jacobian(ad_function f, void *ctx, size_t n, const double *x, size_
     if (n <= m && !t->no_jvp)
         jacobian_by_columns(t, n, m, hi, jac);
     else
-        jacobian_by_rows(t, n, m, jac);
+        jacobian_by_rows(t, n, m, hi, jac);
     ad_read_outputs(t, m, y);
     return AD_OK;
 fail:

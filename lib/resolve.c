@@ -47,7 +47,7 @@ AD_INLINE void apply(const ad__record *r, const double *z, double *adj, const si
  * chunk's start are computed as integers and never dereferenced: a
  * prefetch does not fault.  Sweeps over fewer than FAR records, whose
  * tape the caches still hold, do without (the sweep is compiled both ways). */
-#define PREFETCH 64
+#define PREFETCH 256
 #define FAR ((uint32_t)1 << 15)
 
 AD_INLINE void prefetch_below(const ad__record *r, const double *g, const size_t L)

@@ -813,13 +813,22 @@ static ad_status build(ad_tape *t, size_t n, size_t m, ad_csr *J)
 }
 
 /* The arrays become the thread's spare ones (freeing those it had); their
- * sizes are the least J says they hold. */
+ * sizes are the least J says they hold.  A thread that has recorded nothing
+ * may not have its exit cleanup armed yet: it is armed here, or the arrays
+ * are simply freed. */
 void ad_csr_free(ad_csr *J)
 {
     if (!J)
         return;
     ad_thread *th = ad_thread_self();
     ad_spare_csr_free(th);
+    if (ad_thread_arm() != AD_OK) {
+        ad_free(J->row_ptr);
+        ad_free(J->col);
+        ad_free(J->val);
+        memset(J, 0, sizeof *J);
+        return;
+    }
     th->spare.row_ptr = J->row_ptr;
     th->spare.rows = J->row_ptr ? J->rows : 0;
     if (J->col && J->val) {

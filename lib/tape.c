@@ -109,7 +109,7 @@ ad_thread *ad_thread_self(void)
 }
 
 /* Tape memory is kept for the thread's lifetime; this frees it at exit. */
-static ad_status arm_thread_exit(void)
+ad_status ad_thread_arm(void)
 {
     if (self.registered)
         return AD_OK;
@@ -198,7 +198,7 @@ static uint64_t new_serial(void)
 
 ad_status ad_tape_begin(ad_tape *t, size_t n, size_t limit, int second)
 {
-    ad_status s = arm_thread_exit();
+    ad_status s = ad_thread_arm();
     if (s != AD_OK)
         return s;
     if (n >= AD__ID_END - 1)

@@ -96,6 +96,10 @@ AD_HIDDEN void ad_spare_csr_free(ad_thread *th);
 
 AD_HIDDEN ad_thread *ad_thread_self(void);
 
+/* Makes sure the calling thread's memory is freed when it exits; AD_ENOMEM
+ * if that cannot be arranged. */
+AD_HIDDEN ad_status ad_thread_arm(void);
+
 /* Prepare t to record a function of n inputs: t->inputs gets room for
  * their ad_reals, with IDs 1..n set; the caller sets the values.  Keeps the
  * memory of earlier recordings.  second: a second-order recording. */

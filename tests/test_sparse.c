@@ -9,6 +9,7 @@
  * hand-written rows against closed forms. */
 #define _POSIX_C_SOURCE 200809L  /* posix_memalign */
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1100,6 +1101,34 @@ static void check_limited(long pad, ad_status want)
     ad_csr_free(&J);
 }
 
+/* A thread that has recorded nothing and only frees a Jacobian keeps its
+ * arrays until it exits, and must free them then: a leak here fails the
+ * sanitizer run. */
+static void *free_only(void *J)
+{
+    ad_csr_free(J);
+    return NULL;
+}
+
+static void test_freed_on_another_thread(void **state)
+{
+    const double x[2] = {0.5, 1.5};
+    double y[2];
+    ad_csr J;
+    pthread_t t;
+    (void)state;
+    assert_int_equal(ad_sparse_jacobian(reaches_two, NULL, 2, x, 2, y, &J), AD_OK);
+    assert_int_equal(pthread_create(&t, NULL, free_only, &J), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_csr_empty(&J);
+    assert_int_equal(ad_sparse_jacobian(reaches_two, NULL, 2, x, 2, y, &J), AD_OK);
+    assert_csr_valid(&J, 2, 2);
+    assert_int_equal(J.nnz, 2);
+    assert_same(J.val[0], 2.0 * cos(x[0]));
+    assert_same(J.val[1], 1.0);
+    ad_csr_free(&J);
+}
+
 static void test_tape_limit(void **state)
 {
     (void)state;
@@ -1164,6 +1193,7 @@ int main(void)
         BOTH(test_lanes_kept_apart),
         BOTH(test_calls_in_sequence),
         BOTH(test_arrays_kept_for_next_call),
+        BOTH(test_freed_on_another_thread),
         BOTH(test_empty_shapes),
         BOTH(test_rows_reaching_nothing_first),
     };

@@ -85,7 +85,10 @@ AD_API uint32_t ad__push_slow(ad__cursor *c, uint32_t a, double wa, uint32_t b, 
  * recording writes lines that no cache holds, and a store to such a line
  * waits for it to be read in; asked for early, the read overlaps the
  * records before it (on ADBench GMM d10, a fifth of the scalar gradient's
- * time).  A prefetch never faults, so one past the room's end is harmless. */
+ * time).  A prefetch never faults, so one past the room's end is harmless.
+ * The slots of an n-ary run (below) do without: their loop is stores alone,
+ * which the hardware's prefetchers keep up with (a prefetch per slot gave
+ * nothing on an ad_dot of 2e6 slots, and cost an instruction or more). */
 #define AD__AHEAD_BYTES 1024
 
 static inline void ad__ahead(const ad__record *r)
@@ -155,7 +158,6 @@ static inline ad__slots ad__slots_put(ad__slots s, uint32_t a, double wa, uint32
         if (!s.cur)
             return s;
     }
-    ad__ahead(s.cur);
     s.cur->a = a;
     s.cur->b = b;
     s.cur->wa = wa;

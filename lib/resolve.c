@@ -68,16 +68,25 @@ typedef struct place {
     double *g;
 } place;
 
-/* Steps down to the next record, into the chunk below at a chunk's start;
- * 0 past the first record. */
+/* Makes sure a record lies below p->r in p's chunk: at a chunk's start,
+ * moves to the chunk below (the same place in ID terms); 0 past the first
+ * record. */
+AD_INLINE int room_below(const ad_tape *t, place *p)
+{
+    if (p->r > p->base)
+        return 1;
+    if (p->c == 0)
+        return 0;
+    p->base = t->chunks[--p->c];
+    p->r = p->base + AD_CHUNK;
+    return 1;
+}
+
+/* Steps down to the next record; 0 past the first record. */
 AD_INLINE int step_down(const ad_tape *t, place *p, const size_t L)
 {
-    if (p->r == p->base) {
-        if (p->c == 0)
-            return 0;
-        p->base = t->chunks[--p->c];
-        p->r = p->base + AD_CHUNK;
-    }
+    if (!room_below(t, p))
+        return 0;
     p->r--;
     p->g -= L;
     return 1;
@@ -97,8 +106,16 @@ AD_INLINE void special(const ad_tape *t, place *p, const double *z, double *adj,
     if (r->b == AD__NARY) {
         if (L == 1)
             p->g[0] = 0.0;
-        for (uint32_t k = r->a; k && step_down(t, p, L); k--)
-            apply(p->r, z, adj, L);
+        /* the run, a counted loop per chunk, downwards as the additions
+         * into adj have always been made */
+        for (size_t k = r->a; k && room_below(t, p);) {
+            size_t here = (size_t)(p->r - p->base), n = here < k ? here : k;
+            for (size_t i = 1; i <= n; i++)
+                apply(p->r - i, z, adj, L);
+            p->r -= n;
+            p->g -= n * L;
+            k -= n;
+        }
     } else if (r->b == AD__BLOCK) {
         /* its outputs' slots (AD__OUT) above hold its cotangents */
         ad_block_reverse(t, r, (uint32_t)((size_t)(p->g - adj) / L), adj, L);

@@ -30,7 +30,7 @@ ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n, const double
     ad_thread *th = ad_thread_self();
     if (th->depth >= AD_MAX_NESTING)  /* t is then NULL, from ad_thread_tape */
         return AD_ENESTING;
-    ad_status s = ad_tape_begin(t, n, th->limit, second);
+    ad_status s = ad_tape_begin(t, th, n, second);
     if (s == AD_OK)
         s = prepare_outputs(t, m);
     if (s != AD_OK)

@@ -822,7 +822,7 @@ void ad_csr_free(ad_csr *J)
         return;
     ad_thread *th = ad_thread_self();
     ad_spare_csr_free(th);
-    if (ad_thread_arm() != AD_OK) {
+    if (ad_thread_arm(th) != AD_OK) {
         ad_free(J->row_ptr);
         ad_free(J->col);
         ad_free(J->val);

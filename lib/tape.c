@@ -11,7 +11,6 @@ _Thread_local ad__cursor *ad__active = &idle_cursor;
 
 static _Thread_local ad_thread self;
 static atomic_uint_fast64_t serials;
-static _Thread_local uint64_t serial_next, serial_end;
 static tss_t exit_key;
 static int exit_key_ok;
 static once_flag exit_key_once = ONCE_FLAG_INIT;
@@ -109,14 +108,14 @@ ad_thread *ad_thread_self(void)
 }
 
 /* Tape memory is kept for the thread's lifetime; this frees it at exit. */
-ad_status ad_thread_arm(void)
+ad_status ad_thread_arm(ad_thread *th)
 {
-    if (self.registered)
+    if (th->registered)
         return AD_OK;
     call_once(&exit_key_once, make_exit_key);
-    if (!exit_key_ok || tss_set(exit_key, &self) != thrd_success)
+    if (!exit_key_ok || tss_set(exit_key, th) != thrd_success)
         return AD_ENOMEM;
-    self.registered = 1;
+    th->registered = 1;
     return AD_OK;
 }
 
@@ -187,18 +186,19 @@ static ad_status open_chunk(ad_tape *t)
  * tenth of the time of an ad_jacobian of 60 records). */
 #define SERIAL_BLOCK ((uint64_t)1 << 16)
 
-static uint64_t new_serial(void)
+static uint64_t new_serial(ad_thread *th)
 {
-    if (serial_next == serial_end) {
-        serial_next = (uint64_t)atomic_fetch_add(&serials, SERIAL_BLOCK) + 1;
-        serial_end = serial_next + SERIAL_BLOCK;
+    if (th->serial_next == th->serial_end) {
+        th->serial_next = (uint64_t)atomic_fetch_add(&serials, SERIAL_BLOCK) + 1;
+        th->serial_end = th->serial_next + SERIAL_BLOCK;
     }
-    return serial_next++;
+    return th->serial_next++;
 }
 
-ad_status ad_tape_begin(ad_tape *t, size_t n, size_t limit, int second)
+ad_status ad_tape_begin(ad_tape *t, ad_thread *th, size_t n, int second)
 {
-    ad_status s = ad_thread_arm();
+    size_t limit = th->limit;
+    ad_status s = ad_thread_arm(th);
     if (s != AD_OK)
         return s;
     if (n >= AD__ID_END - 1)
@@ -221,7 +221,7 @@ ad_status ad_tape_begin(ad_tape *t, size_t n, size_t limit, int second)
     t->no_jvp = 0;
     t->no_second = 0;
     t->second = second;
-    t->serial = new_serial();
+    t->serial = new_serial(th);
     t->open = 0;
     t->cursor.cur = t->cursor.end = t->room_end = t->second_end = NULL;
     t->cursor.next = t->first;

@@ -89,6 +89,7 @@ typedef struct ad_thread {
     size_t scratch_cap;
     ad_csr spare;            /* sparse.c: the arrays of the last Jacobian freed on this thread,
                                 for the next one built here: rows + 1 and nnz entries */
+    uint64_t serial_next, serial_end;  /* recordings' serial numbers this thread may give */
 } ad_thread;
 
 /* sparse.c: frees th's spare Jacobian arrays. */
@@ -96,14 +97,15 @@ AD_HIDDEN void ad_spare_csr_free(ad_thread *th);
 
 AD_HIDDEN ad_thread *ad_thread_self(void);
 
-/* Makes sure the calling thread's memory is freed when it exits; AD_ENOMEM
- * if that cannot be arranged. */
-AD_HIDDEN ad_status ad_thread_arm(void);
+/* Makes sure the memory of th, the calling thread's, is freed when the
+ * thread exits; AD_ENOMEM if that cannot be arranged. */
+AD_HIDDEN ad_status ad_thread_arm(ad_thread *th);
 
-/* Prepare t to record a function of n inputs: t->inputs gets room for
- * their ad_reals, with IDs 1..n set; the caller sets the values.  Keeps the
+/* Prepare t to record a function of n inputs on th, the calling thread
+ * (its record limit, its serial numbers): t->inputs gets room for their
+ * ad_reals, with IDs 1..n set; the caller sets the values.  Keeps the
  * memory of earlier recordings.  second: a second-order recording. */
-AD_HIDDEN ad_status ad_tape_begin(ad_tape *t, size_t n, size_t limit, int second);
+AD_HIDDEN ad_status ad_tape_begin(ad_tape *t, ad_thread *th, size_t n, int second);
 
 /* Records in t so far: IDs first .. top(t). */
 static inline uint32_t ad_tape_top(const ad_tape *t) { return (uint32_t)(t->cursor.next - 1); }

@@ -171,11 +171,9 @@ static ad_status open_chunk(ad_tape *t)
     if (!t->second)
         return AD_OK;
     ad_status s = open_aux(t, t->open - 1);
-    t->room_base = c;
-    t->aux_base = s == AD_OK ? t->aux[t->open - 1] : NULL;
     if (s == AD_OK) {
         t->second_end = t->room_end;
-        t->aux_shift = (uintptr_t)t->aux_base - (uintptr_t)c;
+        t->aux_shift = (uintptr_t)t->aux[t->open - 1] - (uintptr_t)c;
     }
     return s;
 }

@@ -71,8 +71,6 @@ typedef struct ad_tape {
     ad__record *room_end;    /* the end of the room in the current chunk */
     ad__record *second_end;  /* room_end while a second-order recording can write, else NULL */
     uintptr_t aux_shift;     /* a record's second partials' address less its own */
-    ad__record *room_base;   /* the current chunk, and its aux: a record's */
-    ad_aux *aux_base;        /* second partials sit at the same offset */
     ad_aux **aux;            /* aux[k] beside chunks[k]; kept between calls */
     size_t naux, aux_cap;
     size_t no_second;        /* blocks without a second-order rule */

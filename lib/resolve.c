@@ -163,11 +163,10 @@ AD_INLINE void sweep(const ad_tape *t, double *adj, uint32_t top, const size_t L
             special(t, &p, z, adj, L);
             continue;
         }
-        if (p.c == 0)
-            break;
-        p.base = t->chunks[--p.c];
-        p.r = p.base + AD_CHUNK;
+        p.r = r;
         p.g = g;
+        if (!room_below(t, &p))  /* into the chunk below */
+            break;
     }
 }
 

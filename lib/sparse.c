@@ -632,11 +632,11 @@ static int csr_start(csr_out *o, size_t m, size_t want)
 {
     ad_thread *th = ad_thread_self();
     ad_csr *J = o->J, *sp = &th->spare;
-    if (sp->row_ptr && sp->rows >= m) {
+    if (sp->row_ptr && sp->rows >= m) {  /* rows + 1 pointers */
         J->row_ptr = sp->row_ptr;
         sp->row_ptr = NULL;
     }
-    if (sp->col && sp->nnz >= want) {
+    if (sp->col && sp->val && sp->nnz >= want) {
         J->col = sp->col;
         J->val = sp->val;
         o->cap = sp->nnz;
@@ -814,32 +814,18 @@ static ad_status build(ad_tape *t, size_t n, size_t m, ad_csr *J)
 
 /* The arrays become the thread's spare ones (freeing those it had); their
  * sizes are the least J says they hold.  A thread that has recorded nothing
- * may not have its exit cleanup armed yet: it is armed here, or the arrays
- * are simply freed. */
+ * may not have its exit cleanup armed yet: it is armed here, or the spare
+ * arrays are freed at once. */
 void ad_csr_free(ad_csr *J)
 {
     if (!J)
         return;
     ad_thread *th = ad_thread_self();
     ad_spare_csr_free(th);
-    if (ad_thread_arm(th) != AD_OK) {
-        ad_free(J->row_ptr);
-        ad_free(J->col);
-        ad_free(J->val);
-        memset(J, 0, sizeof *J);
-        return;
-    }
-    th->spare.row_ptr = J->row_ptr;
-    th->spare.rows = J->row_ptr ? J->rows : 0;
-    if (J->col && J->val) {
-        th->spare.col = J->col;
-        th->spare.val = J->val;
-        th->spare.nnz = J->nnz;
-    } else {
-        ad_free(J->col);
-        ad_free(J->val);
-    }
+    th->spare = *J;
     memset(J, 0, sizeof *J);
+    if (ad_thread_arm(th) != AD_OK)
+        ad_spare_csr_free(th);
 }
 
 ad_status ad_sparse_jacobian(ad_function f, void *ctx, size_t n, const double *x, size_t m,

@@ -639,8 +639,8 @@ static void columns_product(size_t m, size_t n, int shape, const double *restric
     }
 }
 
-/* y = M x recorded as one product block; x is ad_real (xr) or double (xd). */
-/* A product block, or a norm block (norm: y is the block's own and one
+/* y = M x recorded as one product block, x ad_real (xr) or double (xd);
+ * or, with norm, a norm block (y = M x is the block's own, and its one
  * output, s, goes to *y).  Second-order sweeps use 3 n of the work array
  * (prod_second), which the block's own count can fall short of. */
 static void record_product(ad_tape *t, const ad_mat *M, const matrix *B, const ad_real *xr,

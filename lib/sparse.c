@@ -17,9 +17,10 @@
  * pending set is therefore in two parts:
  *   - the window, up to WINDOW IDs below the group's highest output, in its
  *     chunk (so that their records are one array): small local arrays,
- *     walked downwards position by position like the dense reverse sweep,
- *     and made ready lazily down to the lowest position reached, so a
- *     group pays only for the span it uses;
+ *     walked downwards position by position like the dense reverse sweep
+ *     to the lowest position reached, each cleared as it is expanded, so
+ *     that they are clear for the next group and a group pays only for
+ *     the span it uses;
  *   - the store, for the inputs and anything below the window: dense by
  *     default, a value per ID valid where a tag says this group set it (so
  *     nothing is cleared between groups), and the pending IDs in a
@@ -81,7 +82,8 @@ typedef struct ids {
 #define WINDOW 1024
 
 /* Lanes are 16-bit, not bytes, which could alias anything and make the
- * compiler reload the kernel's state after every store into them. */
+ * compiler reload the kernel's state after every store into them.  Between
+ * groups every position is clear: no lanes, -0 cotangents. */
 typedef struct window {
     uint16_t lanes[WINDOW];        /* the lanes that reached each position */
     double val[WINDOW * GROUP];    /* L cotangents per position */
@@ -104,7 +106,8 @@ typedef struct hot {
     window *win;
     uint32_t wlo, whi;         /* the window's IDs; wlo is UINT32_MAX without one */
     const ad__record *wrec;    /* the window's records: wlo's, then on in one chunk */
-    size_t wready;             /* positions [wready, whi - wlo] are set up for this group */
+    size_t wmin;               /* the lowest position staged (whi - wlo + 1 for none) */
+    int wkept;                 /* block outputs were left uncleared for their rule */
 } hot;
 
 typedef struct row_state {
@@ -298,7 +301,7 @@ AD_INLINE cell reached(row_state *rs, const hot *h, uint32_t id, const size_t L,
     cell none = {NULL, 0};
     if (id >= h->wlo) {
         size_t k = id - h->wlo;
-        return id <= h->whi && k >= h->wready && h->win->lanes[k]
+        return id <= h->whi && h->win->lanes[k]
                    ? (cell){h->win->val + k * L, h->win->lanes[k]}
                    : none;
     }
@@ -335,41 +338,17 @@ AD_INLINE void lanes_add(double *v, const double *z, double w, unsigned M, const
             v[l] += z[l] * w;
 }
 
-/* Sets up window positions [k rounded down to 8, wready): no lanes, -0
- * cotangents.  Positions below every one staged are never read, so a
- * group sets up only the span it reaches. */
-AD_INLINE void window_ready(hot *h, size_t k, const size_t L)
-{
-    size_t lo = k & ~(size_t)7;
-    for (size_t p = lo; p < h->wready; p++)  /* two loops, each a run of stores */
-        h->win->lanes[p] = 0;
-    for (size_t p = lo; p < h->wready; p++)
-        cell_clear(h->win->val + p * L, L);
-    h->wready = lo;
-}
-
 AD_INLINE void window_stage(hot *h, size_t k, const double *z, double w, unsigned M, const size_t L)
 {
-    if (k < h->wready)
-        window_ready(h, k, L);
+    h->wmin = k < h->wmin ? k : h->wmin;
     h->win->lanes[k] |= (uint16_t)M;
     lanes_add(h->win->val + k * L, z, w, M, L);
 }
 
-/* The highest position below k (and at or above wready) that the group
- * reached, or wready - 1 (SIZE_MAX for 0) when there is none.  A run of
- * unreached positions is passed four at a time. */
-AD_INLINE size_t window_next(const hot *h, size_t k)
+AD_INLINE void window_clear(hot *h, size_t k, const size_t L)
 {
-    const uint16_t *lanes = h->win->lanes;
-    while (k > h->wready) {
-        if (lanes[--k])
-            return k;
-        uint64_t four;
-        while (k - h->wready >= 4 && (memcpy(&four, lanes + k - 4, sizeof four), !four))
-            k -= 4;
-    }
-    return k - 1;
+    h->win->lanes[k] = 0;
+    cell_clear(h->win->val + k * L, L);
 }
 
 /* Stage a call of record (or input) id with cotangents z * w, from lanes M. */
@@ -478,6 +457,32 @@ AD_INLINE void expand_cell(row_state *rs, hot *h, uint32_t id, const ad__record 
     expand(rs, h, id, r, z, M, L, hashed);
 }
 
+/* Expands window position k, reached by lanes M, and clears it: nothing
+ * stages into it again, as staging reaches only lower IDs.  A block's
+ * output is kept for the block's rule, which reads it when the header
+ * comes up, and cleared with the group. */
+AD_INLINE void window_expand(row_state *rs, hot *h, size_t k, unsigned M, const size_t L,
+                             const int hashed)
+{
+    const ad__record *r = h->wrec + k;
+    double z[GROUP];
+    for (size_t l = 0; l < L; l++)
+        z[l] = h->win->val[k * L + l];
+    if (AD__LIKELY(r->b < AD__ID_END)) {
+        /* read before the clear, which could alias the record (pair.h) */
+        const ad__record c = *r;
+        window_clear(h, k, L);
+        stage(rs, h, c.a, z, c.wa, M, L, hashed);
+        stage(rs, h, c.b, z, c.wb, M, L, hashed);
+        return;
+    }
+    if (r->b != AD__OUT)
+        window_clear(h, k, L);
+    else
+        h->wkept = 1;
+    expand(rs, h, h->wlo + (uint32_t)k, r, z, M, L, hashed);
+}
+
 static int by_id(const void *a, const void *b)
 {
     uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
@@ -528,11 +533,11 @@ static inline uint32_t group_top(const ad_real *out, size_t B)
 
 /* The window below top, the group's highest output (none when every
  * output is an input or a constant): at most WINDOW IDs, all in top's
- * chunk, so that its records are one array.  None of it is set up yet. */
+ * chunk, so that its records are one array.  Nothing is staged in it yet. */
 AD_INLINE void open_window(hot *h, uint32_t top)
 {
     h->wlo = UINT32_MAX;
-    h->wready = 0;
+    h->wkept = 0;
     if (top < h->first)
         return;
     size_t k = top - h->first, in_chunk = k & (AD_CHUNK - 1);
@@ -540,7 +545,24 @@ AD_INLINE void open_window(hot *h, uint32_t top)
     h->whi = top;
     h->wlo = top - (uint32_t)below;
     h->wrec = record_at(h, h->wlo);
-    h->wready = below + 1;
+    h->wmin = below + 1;
+}
+
+/* The walk reads the window's records downwards, each step waiting on
+ * staging the last, so a record that misses the first-level cache holds up
+ * everything behind it.  Its top records, which most groups use, are asked
+ * for before the walk starts.  2 records a step: 48 of a line's 64 bytes. */
+#define PREFETCH_RECORDS 128
+
+AD_INLINE void prefetch_window(const hot *h)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    size_t top = h->whi - h->wlo, n = top < PREFETCH_RECORDS ? top + 1 : PREFETCH_RECORDS;
+    for (size_t i = 0; i < n; i += 2)
+        __builtin_prefetch(h->wrec + top - i);
+#else
+    (void)h;
+#endif
 }
 
 AD_INLINE void resolve_group_in(row_state *rs, const ad_real *out, size_t B, const size_t L,
@@ -550,18 +572,24 @@ AD_INLINE void resolve_group_in(row_state *rs, const ad_real *out, size_t B, con
     hot h = rs->h;
     h.below = group_top(out, B);
     open_window(&h, h.below);
+    if (h.wlo != UINT32_MAX)
+        prefetch_window(&h);
     for (size_t b = 0; b < B; b++) {
         double e[GROUP] = {0};
         e[b] = 1.0;
         stage(rs, &h, out[b].id, e, 1.0, 1u << b, L, hashed);
     }
     /* Staging only ever reaches lower IDs, so the walk down the window
-     * ends at the lowest position set up.  A failure to stage into the
-     * store is reported at the end: the walk itself cannot fail. */
+     * ends at the lowest position staged, which it may lower as it goes.
+     * A failure to stage into the store is reported at the end: the walk
+     * itself cannot fail, and leaves the window clear but for kept block
+     * outputs. */
     if (h.wlo != UINT32_MAX)
-        for (size_t k = h.whi - h.wlo + 1; (k = window_next(&h, k)) + 1 > h.wready;)
-            expand_cell(rs, &h, h.wlo + (uint32_t)k, h.wrec + k, h.win->val + k * L,
-                        h.win->lanes[k], L, hashed);
+        for (size_t k = h.whi - h.wlo + 1; k-- > h.wmin;) {
+            unsigned M = h.win->lanes[k];
+            if (M)
+                window_expand(rs, &h, k, M, L, hashed);
+        }
     while ((hashed ? rs->heap.len : h.pending) && rs->status == AD_OK) {
         uint32_t id = hashed ? heap_pop(&rs->heap) : bits_pop(&h);
         int fresh;
@@ -569,6 +597,9 @@ AD_INLINE void resolve_group_in(row_state *rs, const ad_real *out, size_t B, con
         double *v = find_cell(rs, &h, id, &fresh, &lanes, L, hashed);
         expand_cell(rs, &h, id, record_at(&h, id), v, *lanes & LANE_MASK, L, hashed);
     }
+    if (h.wkept)  /* the block rules have run */
+        for (size_t k = h.wmin; k <= h.whi - h.wlo; k++)
+            window_clear(&h, k, L);
     rs->h = h;
     sort_ids(&rs->cols);
 }
@@ -582,25 +613,6 @@ static void resolve_group(row_state *rs, const ad_real *out, size_t B, size_t L)
         L == 1 ? resolve_group_in(rs, out, B, 1, 1) : resolve_group_in(rs, out, B, GROUP, 1);
     else
         L == 1 ? resolve_group_in(rs, out, B, 1, 0) : resolve_group_in(rs, out, B, GROUP, 0);
-}
-
-/* The tape was written long before and has left the caches, and a group
- * reads its window downwards, one dependent step at a time.  Asking for
- * the next group's window while this one is resolved hides the wait. */
-#define PREFETCH_RECORDS 128
-
-static void prefetch_group(const hot *h, const ad_real *out, size_t B)
-{
-#if defined(__GNUC__) || defined(__clang__)
-    uint32_t top = group_top(out, B);
-    if (top < h->first)
-        return;
-    /* 2 records a step: 48 of a line's 64 bytes */
-    for (int64_t id = top; id >= (int64_t)h->first && id > (int64_t)top - PREFETCH_RECORDS; id -= 2)
-        __builtin_prefetch(record_at(h, (uint32_t)id));
-#else
-    (void)h, (void)out, (void)B;
-#endif
 }
 
 /* ---- the CSR being built ----
@@ -701,16 +713,22 @@ static ad_status append_rows(row_state *rs, csr_out *o, size_t j0, size_t B, siz
     }
     if (!csr_room(o, J->nnz + need))
         return AD_ENOMEM;
+    /* in locals: a store into J's arrays could change J, for all the
+     * compiler knows */
+    size_t *col = J->col, nnz = J->nnz;
+    double *val = J->val;
+    const uint32_t *ids = rs->cols.p;
     for (size_t b = 0; b < B; b++) {
-        J->row_ptr[j0 + b] = J->nnz;
+        J->row_ptr[j0 + b] = nnz;
         for (size_t k = 0; k < n; k++) {
             if (!(found[k].lanes >> b & 1))
                 continue;
-            J->col[J->nnz] = rs->cols.p[k] - 1;
-            J->val[J->nnz] = found[k].v[b];
-            J->nnz++;
+            col[nnz] = ids[k] - 1;
+            val[nnz] = found[k].v[b];
+            nnz++;
         }
     }
+    J->nnz = nnz;
     return AD_OK;
 }
 
@@ -792,13 +810,16 @@ static ad_status build(ad_tape *t, size_t n, size_t m, ad_csr *J)
     J->rows = m;
     J->cols = n;
     rs.h.win = ad_alloc(sizeof *rs.h.win);
+    if (rs.h.win) {  /* clear, in either lane count's layout */
+        memset(rs.h.win->lanes, 0, sizeof rs.h.win->lanes);
+        for (size_t k = 0; k < WINDOW * GROUP; k++)
+            rs.h.win->val[k] = -0.0;
+    }
     ad_status s = rs.h.win && csr_start(&o, m, t->sparse_nnz) ? AD_OK : AD_ENOMEM;
     for (size_t j0 = 0; j0 < m && s == AD_OK; j0 += L) {
         /* a last group of one row takes one lane: every lane of a group
          * is then a row's, and no lane is computed from unset values */
         size_t B = m - j0 < L ? m - j0 : L, LB = B == 1 ? 1 : L;
-        if (j0 + L < m)
-            prefetch_group(&rs.h, t->outputs + j0 + L, m - (j0 + L) < L ? m - (j0 + L) : L);
         resolve_group(&rs, t->outputs + j0, B, LB);
         s = rs.status != AD_OK ? rs.status : append_rows(&rs, &o, j0, B, LB);
     }

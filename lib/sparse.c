@@ -107,6 +107,7 @@ typedef struct hot {
     uint32_t wlo, whi;         /* the window's IDs; wlo is UINT32_MAX without one */
     const ad__record *wrec;    /* the window's records: wlo's, then on in one chunk */
     size_t wmin;               /* the lowest position staged (whi - wlo + 1 for none) */
+    size_t wspan;              /* positions the last group walked (prefetch_group) */
     int wkept;                 /* block outputs were left uncleared for their rule */
 } hot;
 
@@ -120,6 +121,8 @@ typedef struct row_state {
     size_t used;               /* entries used in blocks (the head) */
     ids heap;                  /* pending record IDs, a max-heap */
     ids cols;                  /* input IDs reached by the group */
+    unsigned char order[32];   /* the last sort's: cols sorted is cols[order[0..]] */
+    size_t order_len;          /* its length (0 for none) */
     struct cell *found;        /* their cells, looked up once (append_rows) */
     size_t found_cap;
     ad_status status;
@@ -489,20 +492,48 @@ static int by_id(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Groups usually reach a few inputs: insertion sort, qsort for many. */
-static void sort_ids(ids *v)
+/* Groups usually reach a few inputs: insertion sort, qsort for many.  Rows
+ * made by the same code reach their inputs in the same order, so the order
+ * the last sort found is tried first: it stands if it sorts these IDs too,
+ * which one ascending pass over them checks (the IDs are distinct, each
+ * pushed once), and the sort is then not needed. */
+#define SORT_SHORT 32
+_Static_assert(SORT_SHORT <= sizeof ((row_state *)0)->order, "an order per short sort");
+
+static void sort_ids(row_state *rs)
 {
-    if (v->len > 32) {
-        qsort(v->p, v->len, sizeof *v->p, by_id);
+    ids *v = &rs->cols;
+    size_t n = v->len;
+    if (n > SORT_SHORT) {
+        qsort(v->p, n, sizeof *v->p, by_id);
+        rs->order_len = 0;
         return;
     }
-    for (size_t i = 1; i < v->len; i++) {
+    uint32_t key[SORT_SHORT];
+    if (n == rs->order_len) {
+        size_t i = 0;
+        for (; i < n; i++) {
+            key[i] = v->p[rs->order[i]];
+            if (i && key[i] < key[i - 1])
+                break;
+        }
+        if (i == n) {
+            memcpy(v->p, key, n * sizeof *key);
+            return;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
         uint32_t x = v->p[i];
         size_t j = i;
-        for (; j && v->p[j - 1] > x; j--)
-            v->p[j] = v->p[j - 1];
-        v->p[j] = x;
+        for (; j && key[j - 1] > x; j--) {
+            key[j] = key[j - 1];
+            rs->order[j] = rs->order[j - 1];
+        }
+        key[j] = x;
+        rs->order[j] = (unsigned char)i;
     }
+    memcpy(v->p, key, n * sizeof *key);
+    rs->order_len = n;
 }
 
 static void start_group(row_state *rs)
@@ -548,23 +579,6 @@ AD_INLINE void open_window(hot *h, uint32_t top)
     h->wmin = below + 1;
 }
 
-/* The walk reads the window's records downwards, each step waiting on
- * staging the last, so a record that misses the first-level cache holds up
- * everything behind it.  Its top records, which most groups use, are asked
- * for before the walk starts.  2 records a step: 48 of a line's 64 bytes. */
-#define PREFETCH_RECORDS 128
-
-AD_INLINE void prefetch_window(const hot *h)
-{
-#if defined(__GNUC__) || defined(__clang__)
-    size_t top = h->whi - h->wlo, n = top < PREFETCH_RECORDS ? top + 1 : PREFETCH_RECORDS;
-    for (size_t i = 0; i < n; i += 2)
-        __builtin_prefetch(h->wrec + top - i);
-#else
-    (void)h;
-#endif
-}
-
 AD_INLINE void resolve_group_in(row_state *rs, const ad_real *out, size_t B, const size_t L,
                                 const int hashed)
 {
@@ -572,8 +586,6 @@ AD_INLINE void resolve_group_in(row_state *rs, const ad_real *out, size_t B, con
     hot h = rs->h;
     h.below = group_top(out, B);
     open_window(&h, h.below);
-    if (h.wlo != UINT32_MAX)
-        prefetch_window(&h);
     for (size_t b = 0; b < B; b++) {
         double e[GROUP] = {0};
         e[b] = 1.0;
@@ -597,11 +609,13 @@ AD_INLINE void resolve_group_in(row_state *rs, const ad_real *out, size_t B, con
         double *v = find_cell(rs, &h, id, &fresh, &lanes, L, hashed);
         expand_cell(rs, &h, id, record_at(&h, id), v, *lanes & LANE_MASK, L, hashed);
     }
+    if (h.wlo != UINT32_MAX)
+        h.wspan = h.whi - h.wlo + 1 - h.wmin;
     if (h.wkept)  /* the block rules have run */
         for (size_t k = h.wmin; k <= h.whi - h.wlo; k++)
             window_clear(&h, k, L);
     rs->h = h;
-    sort_ids(&rs->cols);
+    sort_ids(rs);
 }
 
 /* Resolves the B rows of outputs out[0..B) together, lane b for out[b];
@@ -613,6 +627,38 @@ static void resolve_group(row_state *rs, const ad_real *out, size_t B, size_t L)
         L == 1 ? resolve_group_in(rs, out, B, 1, 1) : resolve_group_in(rs, out, B, GROUP, 1);
     else
         L == 1 ? resolve_group_in(rs, out, B, 1, 0) : resolve_group_in(rs, out, B, GROUP, 0);
+}
+
+/* The tape was written long before and has left the caches, and a group
+ * reads its window downwards, one dependent step at a time.  The records of
+ * the group PREFETCH_AHEAD groups on are asked for while this one is
+ * resolved, a prefetch per line: as many records as the last group walked
+ * (neighbouring rows usually reach about as far) and a few more, as a
+ * prefetch waits when the core's line fill buffers are all busy, and lines
+ * no group reads would only keep it waiting.  Measured on BA against this
+ * group's top 128 records asked for two at a time before its walk: 0.86 to
+ * 0.93 of the time. */
+#define PREFETCH_AHEAD 4
+#define PREFETCH_MORE 8
+#define PREFETCH_RECORDS 128
+
+static void prefetch_group(const hot *h, const ad_real *out, size_t B)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    uint32_t top = group_top(out, B);
+    if (top < h->first)
+        return;
+    size_t in_chunk = (top - h->first) & (AD_CHUNK - 1), n = h->wspan + PREFETCH_MORE;
+    n = n < PREFETCH_RECORDS ? n : PREFETCH_RECORDS;
+    n = n < in_chunk + 1 ? n : in_chunk + 1;  /* its window's chunk only */
+    const ad__record *r = record_at(h, top);
+    uintptr_t hi = (uintptr_t)(r + 1) - 1, lo = (uintptr_t)(r + 1 - n);
+    for (uintptr_t p = hi; p >= lo && p <= hi; p -= 64)
+        __builtin_prefetch((const void *)p);
+    __builtin_prefetch((const void *)lo);  /* the lowest record's line */
+#else
+    (void)h, (void)out, (void)B;
+#endif
 }
 
 /* ---- the CSR being built ----
@@ -803,6 +849,7 @@ static ad_status build(ad_tape *t, size_t n, size_t m, ad_csr *J)
     rs.h.first = t->first;
     rs.h.n = (uint32_t)n;
     rs.h.wlo = UINT32_MAX;
+    rs.h.wspan = PREFETCH_RECORDS;
     rs.status = AD_OK;
     size_t L = m == 1 ? 1 : GROUP;
     choose_store(&rs, t, ad_outputs_top(t, m), (m + L - 1) / L, L);
@@ -820,6 +867,9 @@ static ad_status build(ad_tape *t, size_t n, size_t m, ad_csr *J)
         /* a last group of one row takes one lane: every lane of a group
          * is then a row's, and no lane is computed from unset values */
         size_t B = m - j0 < L ? m - j0 : L, LB = B == 1 ? 1 : L;
+        size_t ahead = j0 + PREFETCH_AHEAD * L;
+        if (ahead < m)
+            prefetch_group(&rs.h, t->outputs + ahead, m - ahead < L ? m - ahead : L);
         resolve_group(&rs, t->outputs + j0, B, LB);
         s = rs.status != AD_OK ? rs.status : append_rows(&rs, &o, j0, B, LB);
     }

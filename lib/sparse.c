@@ -111,6 +111,9 @@ typedef struct hot {
     int wkept;                 /* block outputs were left uncleared for their rule */
 } hot;
 
+/* Columns a group sorts in an array of its own, and by the last order. */
+#define SORT_SHORT 32
+
 typedef struct row_state {
     const ad_tape *t;
     hot h;                     /* between groups */
@@ -121,7 +124,9 @@ typedef struct row_state {
     size_t used;               /* entries used in blocks (the head) */
     ids heap;                  /* pending record IDs, a max-heap */
     ids cols;                  /* input IDs reached by the group */
-    unsigned char order[32];   /* the last sort's: cols sorted is cols[order[0..]] */
+    const uint32_t *sorted;    /* cols in ascending order: cols itself, or short */
+    uint32_t short_sorted[SORT_SHORT];
+    unsigned char order[SORT_SHORT]; /* the last short sort's: cols[order[0]], ... ascend */
     size_t order_len;          /* its length (0 for none) */
     struct cell *found;        /* their cells, looked up once (append_rows) */
     size_t found_cap;
@@ -492,47 +497,45 @@ static int by_id(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Groups usually reach a few inputs: insertion sort, qsort for many.  Rows
- * made by the same code reach their inputs in the same order, so the order
- * the last sort found is tried first: it stands if it sorts these IDs too,
- * which one ascending pass over them checks (the IDs are distinct, each
- * pushed once), and the sort is then not needed. */
-#define SORT_SHORT 32
-_Static_assert(SORT_SHORT <= sizeof ((row_state *)0)->order, "an order per short sort");
-
+/* The group's columns in ascending order, in rs->sorted.  Groups usually
+ * reach a few inputs: insertion sort, qsort for many.  Rows made by the same
+ * code reach their inputs in the same order, so the order the last short
+ * sort found is tried first: it stands if it sorts these IDs too, which one
+ * ascending pass over them checks (the IDs are distinct, each pushed once),
+ * and the sort is then not needed. */
 static void sort_ids(row_state *rs)
 {
-    ids *v = &rs->cols;
-    size_t n = v->len;
+    const uint32_t *in = rs->cols.p;
+    size_t n = rs->cols.len;
     if (n > SORT_SHORT) {
-        qsort(v->p, n, sizeof *v->p, by_id);
+        qsort(rs->cols.p, n, sizeof *rs->cols.p, by_id);
+        rs->sorted = rs->cols.p;
         rs->order_len = 0;
         return;
     }
-    uint32_t key[SORT_SHORT];
+    uint32_t *key = rs->short_sorted;
+    unsigned char *order = rs->order;
+    rs->sorted = key;
     if (n == rs->order_len) {
         size_t i = 0;
         for (; i < n; i++) {
-            key[i] = v->p[rs->order[i]];
+            key[i] = in[order[i]];
             if (i && key[i] < key[i - 1])
                 break;
         }
-        if (i == n) {
-            memcpy(v->p, key, n * sizeof *key);
+        if (i == n)
             return;
-        }
     }
     for (size_t i = 0; i < n; i++) {
-        uint32_t x = v->p[i];
+        uint32_t x = in[i];
         size_t j = i;
         for (; j && key[j - 1] > x; j--) {
             key[j] = key[j - 1];
-            rs->order[j] = rs->order[j - 1];
+            order[j] = order[j - 1];
         }
         key[j] = x;
-        rs->order[j] = (unsigned char)i;
+        order[j] = (unsigned char)i;
     }
-    memcpy(v->p, key, n * sizeof *key);
     rs->order_len = n;
 }
 
@@ -619,7 +622,7 @@ AD_INLINE void resolve_group_in(row_state *rs, const ad_real *out, size_t B, con
 }
 
 /* Resolves the B rows of outputs out[0..B) together, lane b for out[b];
- * leaves the input IDs the group reached, sorted, in rs->cols, with their
+ * leaves the input IDs the group reached, sorted, in rs->sorted, with their
  * cells findable through reached(). */
 static void resolve_group(row_state *rs, const ad_real *out, size_t B, size_t L)
 {
@@ -752,8 +755,8 @@ static ad_status append_rows(row_state *rs, csr_out *o, size_t j0, size_t B, siz
         return AD_ENOMEM;
     cell *found = rs->found;
     for (size_t k = 0; k < n; k++) {
-        found[k] = rs->hashed ? reached(rs, &rs->h, rs->cols.p[k], GROUP, 1)
-                              : reached(rs, &rs->h, rs->cols.p[k], L, 0);
+        found[k] = rs->hashed ? reached(rs, &rs->h, rs->sorted[k], GROUP, 1)
+                              : reached(rs, &rs->h, rs->sorted[k], L, 0);
         for (size_t b = 0; b < B; b++)
             need += found[k].lanes >> b & 1;
     }
@@ -763,7 +766,7 @@ static ad_status append_rows(row_state *rs, csr_out *o, size_t j0, size_t B, siz
      * compiler knows */
     size_t *col = J->col, nnz = J->nnz;
     double *val = J->val;
-    const uint32_t *ids = rs->cols.p;
+    const uint32_t *ids = rs->sorted;
     for (size_t b = 0; b < B; b++) {
         J->row_ptr[j0 + b] = nnz;
         for (size_t k = 0; k < n; k++) {

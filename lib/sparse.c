@@ -124,7 +124,7 @@ typedef struct row_state {
     size_t used;               /* entries used in blocks (the head) */
     ids heap;                  /* pending record IDs, a max-heap */
     ids cols;                  /* input IDs reached by the group */
-    const uint32_t *sorted;    /* cols in ascending order: cols itself, or short */
+    const uint32_t *sorted;    /* cols in ascending order: cols, or short_sorted */
     uint32_t short_sorted[SORT_SHORT];
     unsigned char order[SORT_SHORT]; /* the last short sort's: cols[order[0]], ... ascend */
     size_t order_len;          /* its length (0 for none) */

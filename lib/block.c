@@ -64,6 +64,7 @@ uint32_t ad_block_record(ad_tape *t, size_t offset)
         return 0;
     t->no_jvp += !b->kind->jvp && !b->kind->forward;
     t->no_second += !b->kind->second;
+    t->foreign += b->kind->foreign;
     /* With room for all of them (a first-order recording: end is set),
      * the output slots are written in one loop; else one by one, which
      * takes the next chunk when this one fills (IDs stay consecutive) and

@@ -223,17 +223,18 @@ static double *seeds(ad_tape *t, size_t n, size_t L)
     return t->tan2;
 }
 
-/* From the seeded inputs: the tangents, then the second-order sweep.
- * Leaves the gradient in t->adj; returns the cotangents' tangents, whose
- * lane l at the inputs is H v_l. */
-static const double *along(ad_tape *t, uint32_t top, size_t L)
+/* From the seeded inputs: the tangents, then the second-order sweep,
+ * seeded with `scale` (tape.h, "Scaled seeds").  Leaves the gradient in
+ * t->adj; returns the cotangents' tangents, whose lane l at the inputs is
+ * H v_l; both times scale. */
+static const double *along(ad_tape *t, uint32_t top, size_t L, double scale)
 {
     double *tan = t->tan2, *adjd = t->tan2 + ((size_t)top + 1) * L;
     ad_tangent(t, tan, top, L);
     t->adj_zero = 0;  /* left holding the gradient and more */
     memset(t->adj, 0, ((size_t)top + 1) * sizeof *t->adj);
     memset(adjd, 0, ((size_t)top + 1) * L * sizeof *adjd);
-    t->adj[t->outputs[0].id] += 1.0;  /* a constant objective seeds the sink */
+    t->adj[t->outputs[0].id] += scale;  /* a constant objective seeds the sink */
     second_sweep(t, tan, t->adj, adjd, top, L);
     return adjd;
 }
@@ -268,13 +269,14 @@ ad_status ad_hvp(ad_objective f, void *ctx, size_t n, const double *x, const dou
     s = prepare(t, f, ctx, n, x, 1, &top);
     if (s != AD_OK)
         goto fail;
-    double *tan = seeds(t, n, 1);
-    if (n)
-        memcpy(tan + 1, v, n * sizeof *v);
-    const double *adjd = along(t, top, 1);
-    if (n) {
-        memcpy(grad, t->adj + 1, n * sizeof *grad);
-        memcpy(hv, adjd + 1, n * sizeof *hv);
+    for (double scale = ad_seed_scale(t);; scale = 1.0) {
+        double *tan = seeds(t, n, 1);
+        if (n)
+            memcpy(tan + 1, v, n * sizeof *v);
+        const double *adjd = along(t, top, 1, scale);
+        if (ad_unscale(grad, 1, t->adj + 1, 1, n, scale) &&
+            ad_unscale(hv, 1, adjd + 1, 1, n, scale))
+            break;
     }
     ad_read_outputs(t, 1, fx);
     return AD_OK;
@@ -301,16 +303,18 @@ ad_status ad_hessian(ad_objective f, void *ctx, size_t n, const double *x, doubl
         goto fail;
     for (size_t j0 = 0; j0 < n; j0 += L) {
         size_t B = n - j0 < L ? n - j0 : L;
-        double *tan = seeds(t, n, L);
-        for (size_t b = 0; b < B; b++)
-            tan[(j0 + b + 1) * L + b] = 1.0;
-        const double *adjd = along(t, top, L);
-        for (size_t k = 0; k < n; k++)
+        for (double scale = ad_seed_scale(t);; scale = 1.0) {
+            double *tan = seeds(t, n, L);
             for (size_t b = 0; b < B; b++)
-                hess[k * n + j0 + b] = adjd[(k + 1) * L + b];
+                tan[(j0 + b + 1) * L + b] = 1.0;
+            const double *adjd = along(t, top, L, scale);
+            int done = ad_unscale(grad, 1, t->adj + 1, 1, n, scale);
+            for (size_t b = 0; b < B; b++)
+                done &= ad_unscale(hess + j0 + b, n, adjd + L + b, L, n, scale);
+            if (done)
+                break;
+        }
     }
-    if (n)
-        memcpy(grad, t->adj + 1, n * sizeof *grad);
     ad_read_outputs(t, 1, fx);
     return AD_OK;
 fail:

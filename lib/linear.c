@@ -76,33 +76,43 @@ static void jacobian_by_columns(ad_tape *t, size_t n, size_t m, uint32_t hi, dou
     }
 }
 
-/* Rows j0 .. j0 + B of J from the inputs' cotangents, lane b row j0 + b;
- * written once for each lane count, so that the loop knows its stride. */
-AD_INLINE void rows_out(const double *adj, size_t n, size_t j0, size_t B, double *jac, const size_t L)
+/* Rows j0 .. j0 + B of J from the inputs' cotangents, lane b row j0 + b,
+ * scaled back; 0 if the block must be swept again unscaled.  Written once
+ * for each lane count, so that the loop knows its stride. */
+AD_INLINE int rows_out(const double *adj, size_t n, size_t j0, size_t B, double *jac,
+                       double scale, const size_t L)
 {
+    int done = 1;
     for (size_t b = 0; b < B; b++)
-        for (size_t i = 0; i < n; i++)
-            jac[(j0 + b) * n + i] = adj[(i + 1) * L + b];
+        done &= ad_unscale(jac + (j0 + b) * n, 1, adj + L + b, L, n, scale);
+    return done;
+}
+
+static int rows_out_any(const double *adj, size_t n, size_t j0, size_t B, double *jac,
+                        double scale, size_t L)
+{
+    return L == 1   ? rows_out(adj, n, j0, B, jac, scale, 1)
+           : L == 2 ? rows_out(adj, n, j0, B, jac, scale, 2)
+                    : rows_out(adj, n, j0, B, jac, scale, AD_LANES);
 }
 
 /* Rows of J, AD_LANES at a time: one reverse sweep per block, from the
- * block's highest output down (hi, every output's, for a single block). */
+ * block's highest output down (hi, every output's, for a single block),
+ * seeded scaled (tape.h, "Scaled seeds"). */
 static void jacobian_by_rows(ad_tape *t, size_t n, size_t m, uint32_t hi, double *jac)
 {
     double *adj = t->adj;
     for (size_t j0 = 0; j0 < m; j0 += AD_LANES) {
         size_t B = m - j0 < AD_LANES ? m - j0 : AD_LANES, L = lanes_for(B);
         uint32_t top = B == m ? hi : ad_outputs_top_of(t, j0, B);
-        memset(adj, 0, ((size_t)top + 1) * L * sizeof *adj);
-        for (size_t b = 0; b < B; b++)
-            adj[(size_t)t->outputs[j0 + b].id * L + b] += 1.0;
-        ad_resolve(t, adj, top, L);
-        if (L == 1)
-            rows_out(adj, n, j0, B, jac, 1);
-        else if (L == 2)
-            rows_out(adj, n, j0, B, jac, 2);
-        else
-            rows_out(adj, n, j0, B, jac, AD_LANES);
+        for (double scale = ad_seed_scale(t);; scale = 1.0) {
+            memset(adj, 0, ((size_t)top + 1) * L * sizeof *adj);
+            for (size_t b = 0; b < B; b++)
+                adj[(size_t)t->outputs[j0 + b].id * L + b] += scale;
+            ad_resolve(t, adj, top, L);
+            if (rows_out_any(adj, n, j0, B, jac, scale, L))
+                break;
+        }
     }
 }
 

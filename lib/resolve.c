@@ -190,19 +190,20 @@ ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj)
         return s;
     /* The sweep leaves the records' cotangents 0, so only what no sweep
      * has cleared since the array last served another use is cleared. */
-    size_t need = (size_t)hi + 1;
+    size_t need = (size_t)hi + 1, n = t->first - 1;
     if (t->adj_zero < need) {
         memset(t->adj + t->adj_zero, 0, (need - t->adj_zero) * sizeof *t->adj);
         t->adj_zero = need;
     }
-    /* Outputs that share an ID add up; a constant output seeds slot 0, the
-     * sink, and reaches nothing. */
-    for (size_t j = 0; j < m; j++)
-        t->adj[t->outputs[j].id] += w ? w[j] : 1.0;
-    ad_resolve(t, t->adj, hi, 1);  /* records above every output are skipped */
-    size_t n = t->first - 1;
-    if (n)
-        memcpy(wj, t->adj + 1, n * sizeof *wj);
-    memset(t->adj, 0, (n + 1) * sizeof *t->adj);  /* the sink and the inputs */
-    return AD_OK;
+    for (double scale = ad_seed_scale(t);; scale = 1.0) {  /* tape.h, "Scaled seeds" */
+        /* Outputs that share an ID add up; a constant output seeds slot 0,
+         * the sink, and reaches nothing. */
+        for (size_t j = 0; j < m; j++)
+            t->adj[t->outputs[j].id] += (w ? w[j] : 1.0) * scale;
+        ad_resolve(t, t->adj, hi, 1);  /* records above every output are skipped */
+        int done = ad_unscale(wj, 1, t->adj + 1, 1, n, scale);
+        memset(t->adj, 0, (n + 1) * sizeof *t->adj);  /* the sink and the inputs */
+        if (done)
+            return AD_OK;
+    }
 }

@@ -130,6 +130,7 @@ typedef struct row_state {
     size_t order_len;          /* its length (0 for none) */
     struct cell *found;        /* their cells, looked up once (append_rows) */
     size_t found_cap;
+    double scale;              /* the group's seed (tape.h, "Scaled seeds") */
     ad_status status;
 } row_state;
 
@@ -591,7 +592,7 @@ AD_INLINE void resolve_group_in(row_state *rs, const ad_real *out, size_t B, con
     open_window(&h, h.below);
     for (size_t b = 0; b < B; b++) {
         double e[GROUP] = {0};
-        e[b] = 1.0;
+        e[b] = rs->scale;
         stage(rs, &h, out[b].id, e, 1.0, 1u << b, L, hashed);
     }
     /* Staging only ever reaches lower IDs, so the walk down the window
@@ -743,11 +744,13 @@ static int csr_room(csr_out *o, size_t need)
     return csr_resize(o, c);
 }
 
-/* The group's rows, lane by lane: each takes the columns its lane reached.
- * Room is made for exactly those, so that a call sized by the last one
- * does not grow; each column's cell is looked up once, for the count and
- * the rows. */
-static ad_status append_rows(row_state *rs, csr_out *o, size_t j0, size_t B, size_t L)
+/* The group's rows, lane by lane: each takes the columns its lane reached,
+ * scaled back.  Room is made for exactly those, so that a call sized by
+ * the last one does not grow; each column's cell is looked up once, for
+ * the count and the rows.  *again: a scaled value is not finite, and the
+ * group must be resolved again unscaled. */
+static ad_status append_rows(row_state *rs, csr_out *o, size_t j0, size_t B, size_t L,
+                             int *again)
 {
     ad_csr *J = o->J;
     size_t need = 0, n = rs->cols.len;
@@ -765,19 +768,23 @@ static ad_status append_rows(row_state *rs, csr_out *o, size_t j0, size_t B, siz
     /* in locals: a store into J's arrays could change J, for all the
      * compiler knows */
     size_t *col = J->col, nnz = J->nnz;
-    double *val = J->val;
+    double *val = J->val, unscale = rs->scale == 1.0 ? 1.0 : AD_SEED_UNSCALE;
     const uint32_t *ids = rs->sorted;
+    double nan = 0.0;  /* NaN once a value is an infinity or a NaN */
     for (size_t b = 0; b < B; b++) {
         J->row_ptr[j0 + b] = nnz;
         for (size_t k = 0; k < n; k++) {
             if (!(found[k].lanes >> b & 1))
                 continue;
+            double g = found[k].v[b];
+            nan += g - g;
             col[nnz] = ids[k] - 1;
-            val[nnz] = found[k].v[b];
+            val[nnz] = g * unscale;
             nnz++;
         }
     }
     J->nnz = nnz;
+    *again = nan != 0.0 && rs->scale != 1.0;
     return AD_OK;
 }
 
@@ -873,8 +880,14 @@ static ad_status build(ad_tape *t, size_t n, size_t m, ad_csr *J)
         size_t ahead = j0 + PREFETCH_AHEAD * L;
         if (ahead < m)
             prefetch_group(&rs.h, t->outputs + ahead, m - ahead < L ? m - ahead : L);
-        resolve_group(&rs, t->outputs + j0, B, LB);
-        s = rs.status != AD_OK ? rs.status : append_rows(&rs, &o, j0, B, LB);
+        /* seeded scaled, and again unscaled if that overflowed */
+        size_t start = J->nnz;
+        int again = 1;
+        for (rs.scale = ad_seed_scale(t); again && s == AD_OK; rs.scale = 1.0) {
+            J->nnz = start;
+            resolve_group(&rs, t->outputs + j0, B, LB);
+            s = rs.status != AD_OK ? rs.status : append_rows(&rs, &o, j0, B, LB, &again);
+        }
     }
     if (s == AD_OK && o.cap - J->nnz > J->nnz / 4 && !csr_resize(&o, J->nnz ? J->nnz : 1))
         s = AD_ENOMEM;

@@ -218,6 +218,7 @@ ad_status ad_tape_begin(ad_tape *t, ad_thread *th, size_t n, int second)
     t->blocks_len = 0;
     t->no_jvp = 0;
     t->no_second = 0;
+    t->foreign = 0;
     t->second = second;
     t->serial = new_serial(th);
     t->open = 0;

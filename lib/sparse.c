@@ -744,47 +744,50 @@ static int csr_room(csr_out *o, size_t need)
     return csr_resize(o, c);
 }
 
-/* The group's rows, lane by lane: each takes the columns its lane reached,
- * scaled back.  Room is made for exactly those, so that a call sized by
- * the last one does not grow; each column's cell is looked up once, for
- * the count and the rows.  *again: a scaled value is not finite, and the
- * group must be resolved again unscaled. */
+/* The group's rows: each takes the columns its lane reached, scaled back,
+ * in one pass over the columns that writes both rows (lane 1's start after
+ * lane 0's count).  Room is made for exactly those, so that a call sized by
+ * the last one does not grow; each column's cell is looked up once.
+ * *again: a scaled value is not finite, and the group must be resolved
+ * again unscaled. */
+_Static_assert(GROUP == 2, "append_rows writes two rows at a time");
+
 static ad_status append_rows(row_state *rs, csr_out *o, size_t j0, size_t B, size_t L,
                              int *again)
 {
     ad_csr *J = o->J;
-    size_t need = 0, n = rs->cols.len;
+    size_t n = rs->cols.len, count[GROUP] = {0, 0};
     if (ad_reserve((void **)&rs->found, &rs->found_cap, n, sizeof *rs->found) != AD_OK)
         return AD_ENOMEM;
     cell *found = rs->found;
-    for (size_t k = 0; k < n; k++) {
+    for (size_t k = 0; k < n; k++) {  /* lanes past B are never set */
         found[k] = rs->hashed ? reached(rs, &rs->h, rs->sorted[k], GROUP, 1)
                               : reached(rs, &rs->h, rs->sorted[k], L, 0);
-        for (size_t b = 0; b < B; b++)
-            need += found[k].lanes >> b & 1;
+        count[0] += found[k].lanes & 1;
+        count[1] += found[k].lanes >> 1;
     }
-    if (!csr_room(o, J->nnz + need))
+    if (!csr_room(o, J->nnz + count[0] + count[1]))
         return AD_ENOMEM;
     /* in locals: a store into J's arrays could change J, for all the
      * compiler knows */
-    size_t *col = J->col, nnz = J->nnz;
+    size_t *col = J->col, at[GROUP] = {J->nnz, J->nnz + count[0]};
     double *val = J->val, unscale = rs->scale == 1.0 ? 1.0 : AD_SEED_UNSCALE;
     const uint32_t *ids = rs->sorted;
-    double nan = 0.0;  /* NaN once a value is an infinity or a NaN */
-    for (size_t b = 0; b < B; b++) {
-        J->row_ptr[j0 + b] = nnz;
-        for (size_t k = 0; k < n; k++) {
+    double sum = 0.0;  /* not finite if a value is not (tape.h, ad_unscale) */
+    for (size_t b = 0; b < B; b++)
+        J->row_ptr[j0 + b] = at[b];
+    for (size_t k = 0; k < n; k++) {
+        for (size_t b = 0; b < GROUP; b++) {
             if (!(found[k].lanes >> b & 1))
                 continue;
             double g = found[k].v[b];
-            nan += g - g;
-            col[nnz] = ids[k] - 1;
-            val[nnz] = g * unscale;
-            nnz++;
+            sum += g;
+            col[at[b]] = ids[k] - 1;
+            val[at[b]++] = g * unscale;
         }
     }
-    J->nnz = nnz;
-    *again = nan != 0.0 && rs->scale != 1.0;
+    J->nnz = at[GROUP - 1];
+    *again = rs->scale != 1.0 && sum - sum != 0.0;
     return AD_OK;
 }
 

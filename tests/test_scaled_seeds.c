@@ -203,6 +203,29 @@ static void test_second_order(void **state)
     }
 }
 
+/* At the threshold: the gradient of c (x0 + x1 + x2) is c, scaled 2^512 c,
+ * under the largest double (1.8e308) for c = 1.3e154 and over it for
+ * 1.4e154, which is then swept again unscaled.  Under it, the three scaled
+ * results' sum overflows: swept again for nothing, with the same results. */
+static ad_real times_c(const ad_real *x, size_t n, void *ctx)
+{
+    (void)n;
+    return ad_mul(*(const double *)ctx, ad_add(ad_add(x[0], x[1]), x[2]));
+}
+
+static void test_threshold(void **state)
+{
+    (void)state;
+    static const double cs[] = {1.3e154, 1.4e154, -1.3e154, 0x1p511, 0x1p512};
+    double x[3] = {1.0, 2.0, 3.0}, g[3];
+    for (size_t k = 0; k < sizeof cs / sizeof *cs; k++) {
+        double c = cs[k];
+        gradient_ok(times_c, &c, 3, x, g);
+        for (int i = 0; i < 3; i++)
+            assert_same(g[i], c);
+    }
+}
+
 /* Results that are not finite come out as the unscaled sweep gives them:
  * an infinite partial makes +Inf, and 0 x Inf a NaN, also where the 0 is
  * a cotangent that underflowed (1e-200 1e-200 is 0), which scaled would
@@ -269,6 +292,7 @@ int main(void)
         cmocka_unit_test(test_jacobian_rows),
         cmocka_unit_test(test_sparse),
         cmocka_unit_test(test_second_order),
+        cmocka_unit_test(test_threshold),
         cmocka_unit_test(test_not_finite),
         cmocka_unit_test(test_user_rules_unscaled),
     };

@@ -60,19 +60,27 @@ static size_t lanes_for(size_t count)
     return count == 1 ? 1 : count == 2 ? 2 : AD_LANES;
 }
 
-/* Columns of J, AD_LANES at a time: one forward sweep per block. */
+/* Columns of J, AD_LANES at a time: one forward sweep per block, seeded
+ * scaled (tape.h, "Scaled seeds"). */
 static void jacobian_by_columns(ad_tape *t, size_t n, size_t m, uint32_t hi, double *jac)
 {
     double *tan = t->adj;
     for (size_t i0 = 0; i0 < n; i0 += AD_LANES) {
         size_t B = n - i0 < AD_LANES ? n - i0 : AD_LANES, L = lanes_for(B);
-        memset(tan, 0, (n + 1) * L * sizeof *tan);
-        for (size_t b = 0; b < B; b++)
-            tan[(i0 + b + 1) * L + b] = 1.0;
-        ad_tangent(t, tan, hi, L);
-        for (size_t j = 0; j < m; j++)
+        for (double scale = ad_seed_scale(t);; scale = 1.0) {
+            memset(tan, 0, (n + 1) * L * sizeof *tan);
             for (size_t b = 0; b < B; b++)
-                jac[j * n + i0 + b] = tan[(size_t)t->outputs[j].id * L + b];
+                tan[(i0 + b + 1) * L + b] = scale;
+            ad_tangent(t, tan, hi, L);
+            for (size_t j = 0; j < m; j++)
+                for (size_t b = 0; b < B; b++)
+                    jac[j * n + i0 + b] = tan[(size_t)t->outputs[j].id * L + b];
+            int done = 1;
+            for (size_t b = 0; b < B; b++)
+                done &= ad_unscale(jac + i0 + b, n, jac + i0 + b, n, m, scale);
+            if (done)
+                break;
+        }
     }
 }
 

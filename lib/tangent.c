@@ -60,10 +60,13 @@ ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv)
     size_t n = t->first - 1;
     t->adj_zero = 0;  /* the tangents take the cotangents' array */
     t->adj[0] = 0.0;
-    if (n)
-        memcpy(t->adj + 1, v, n * sizeof *v);
-    ad_tangent(t, t->adj, hi, 1);
-    for (size_t j = 0; j < m; j++)
-        jv[j] = t->adj[t->outputs[j].id];
-    return AD_OK;
+    for (double scale = ad_seed_scale(t);; scale = 1.0) {  /* tape.h, "Scaled seeds" */
+        for (size_t i = 0; i < n; i++)
+            t->adj[i + 1] = v[i] * scale;
+        ad_tangent(t, t->adj, hi, 1);
+        for (size_t j = 0; j < m; j++)
+            jv[j] = t->adj[t->outputs[j].id];
+        if (ad_unscale(jv, 1, jv, 1, m, scale))
+            return AD_OK;
+    }
 }

@@ -174,18 +174,19 @@ AD_HIDDEN void ad_fill_nan_reals(ad_real *p, size_t count);
  * Jacobian rows or columns shares one pass over the records. */
 #define AD_LANES 4
 
-/* Scaled seeds.  A reverse sweep is linear in its seeds, so gradients,
- * VJPs and Jacobian rows seed it with AD_SEED_SCALE times their weights
- * and scale the inputs' cotangents back: exact in binary floating point
- * wherever nothing overflows or underflows.  Cotangents that would
- * underflow then stay normal numbers.  Far out in a softmax a weight is
- * 1e-300 or less, and so is every cotangent below it: subnormal
- * arithmetic costs a microcode assist of about 60 ns an operation on this
- * class of machine (a third of the ADBench GMM d64 gradient), and rounds
- * to fewer bits, or to 0.  A cotangent above 2^512 overflows when scaled;
- * the sweep only multiplies and adds, so it reaches the inputs as an
- * infinity or a NaN, and a result that is not all finite is swept again
- * unscaled.  Tapes with the user's rules are swept unscaled. */
+/* Scaled seeds.  A sweep is linear in its seeds, so every first-order
+ * sweep, and the reverse sweep of second order, is seeded with
+ * AD_SEED_SCALE times its seeds, and its results scaled back: exact in
+ * binary floating point wherever nothing overflows or underflows.
+ * Cotangents (tangents) that would underflow then stay normal numbers.
+ * Far out in a softmax a weight is 1e-300 or less, and so is every
+ * cotangent below it: subnormal arithmetic costs a microcode assist of
+ * about 60 ns an operation on this class of machine (a third of the
+ * ADBench GMM d64 gradient), and rounds to fewer bits, or to 0.  A
+ * cotangent above 2^512 overflows when scaled; the sweep only multiplies
+ * and adds, so it reaches the results as an infinity or a NaN, and results
+ * that are not all finite are swept again unscaled.  Tapes with the
+ * user's rules are swept unscaled.  docs/tape.md, "Scaled seeds". */
 #define AD_SEED_SCALE 0x1p512
 #define AD_SEED_UNSCALE 0x1p-512
 

@@ -203,6 +203,54 @@ static void test_second_order(void **state)
     }
 }
 
+/* Forward sweeps: tangents times the partials from the first record up, so
+ * the chain that underflows is deep's the other way round:
+ * rise(x) = 1e300 (3e-160 (3e-160 x)), whose tangent passes through
+ * 9e-320.  y_j = rise(x_j) (or steep(x_j) for odd j, with `steep`). */
+static ad_real rise(ad_real x)
+{
+    return ad_mul(1e300, ad_mul(3e-160, ad_mul(3e-160, x)));
+}
+
+static void rising(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
+{
+    int with_steep = *(const int *)ctx;
+    for (size_t j = 0; j < m; j++)
+        y[j] = with_steep && j % 2 ? steep(x[j % n]) : rise(x[j % n]);
+}
+
+static void test_forward(void **state)
+{
+    (void)state;
+    enum { N = 5, M = 7 };  /* n <= m: ad_jacobian takes columns */
+    double x[N] = {1, 2, 3, 4, 5}, v[N] = {1, -1, 2, 0.5, 3}, y[M], jv[M], J[M * N];
+    for (int with_steep = 0; with_steep < 2; with_steep++) {
+        /* with steep, every sweep is swept again unscaled */
+        double tol = with_steep ? ROUNDED : RTOL;
+        ad_linear *L;
+        assert_int_equal(ad_jvp(rising, &with_steep, N, x, v, M, y, jv), AD_OK);
+        for (size_t j = 0; j < M; j++) {
+            int s = with_steep && j % 2;
+            assert_near(jv[j], (s ? STEEP : DEEP) * v[j % N], s ? RTOL : tol, 0.0);
+        }
+        assert_int_equal(ad_linearize(rising, &with_steep, N, x, M, y, &L), AD_OK);
+        assert_int_equal(ad_linear_jvp(L, v, jv), AD_OK);
+        for (size_t j = 0; j < M; j++) {
+            int s = with_steep && j % 2;
+            assert_near(jv[j], (s ? STEEP : DEEP) * v[j % N], s ? RTOL : tol, 0.0);
+        }
+        ad_linear_free(L);
+        assert_int_equal(ad_jacobian(rising, &with_steep, N, x, M, y, J), AD_OK);
+        for (size_t j = 0; j < M; j++)
+            for (size_t i = 0; i < N; i++) {
+                int s = with_steep && j % 2;
+                double want = i == j % N ? (s ? STEEP : DEEP) : 0.0;
+                /* a block of four columns holds an odd row's steep one */
+                assert_near(J[j * N + i], want, s ? RTOL : tol, 0.0);
+            }
+    }
+}
+
 /* At the threshold: the gradient of c (x0 + x1 + x2) is c, scaled 2^512 c,
  * under the largest double (1.8e308) for c = 1.3e154 and over it for
  * 1.4e154, which is then swept again unscaled.  Under it, the three scaled
@@ -292,6 +340,7 @@ int main(void)
         cmocka_unit_test(test_jacobian_rows),
         cmocka_unit_test(test_sparse),
         cmocka_unit_test(test_second_order),
+        cmocka_unit_test(test_forward),
         cmocka_unit_test(test_threshold),
         cmocka_unit_test(test_not_finite),
         cmocka_unit_test(test_user_rules_unscaled),

@@ -313,13 +313,32 @@ static void twice_vjp(void *ctx, size_t n, const double *x, size_t m, const doub
     xbar[0] = 2 * ybar[0];
 }
 
+static void twice_jvp(void *ctx, size_t n, const double *x, size_t m, const double *y,
+                      const double *xdot, double *ydot)
+{
+    (void)n, (void)x, (void)m, (void)y;
+    *(double *)ctx = xdot[0];
+    ydot[0] = 2 * xdot[0];
+}
+
+static const ad_rule rule = {twice, twice_vjp, twice_jvp};
+
 static ad_real through_rule(const ad_real *x, size_t n, void *ctx)
 {
-    static const ad_rule rule = {twice, twice_vjp, NULL};
     ad_real y;
     (void)n;
     assert_int_equal(ad_external(&rule, ctx, 1, x, 1, &y), AD_OK);
     return ad_add(ad_mul(3.0, y), deep(x[1]));
+}
+
+/* y0 = 3 twice(x0), y1 = rise(x1): forward, the rule gets xdot unscaled */
+static void through_rule_fn(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
+{
+    ad_real t;
+    (void)n, (void)m;
+    assert_int_equal(ad_external(&rule, ctx, 1, x, 1, &t), AD_OK);
+    y[0] = ad_mul(3.0, t);
+    y[1] = rise(x[1]);
 }
 
 static void test_user_rules_unscaled(void **state)
@@ -330,6 +349,11 @@ static void test_user_rules_unscaled(void **state)
     assert_same(seen, 3.0);
     assert_same(g[0], 6.0);
     assert_near(g[1], DEEP, ROUNDED, 0.0);  /* the whole tape is swept unscaled */
+    double v[2] = {0.5, 1.0}, y[2], jv[2];
+    assert_int_equal(ad_jvp(through_rule_fn, &seen, 2, x, v, 2, y, jv), AD_OK);
+    assert_same(seen, 0.5);
+    assert_same(jv[0], 3.0);
+    assert_near(jv[1], DEEP, ROUNDED, 0.0);
 }
 
 int main(void)

@@ -16,10 +16,10 @@ typedef struct ad_block ad_block;
 
 typedef struct ad_block_kind {
     const char *name;
-    /* Its rules are the user's (ad_external): reverse sweeps over a tape
-     * that holds one pass them cotangents as they are, not scaled (tape.h,
-     * "Scaled seeds"), as a rule need not be exactly linear in them (an
-     * iterative solver's absolute tolerance, say). */
+    /* Its rules are the user's (ad_external): sweeps over a tape that
+     * holds one pass them cotangents and tangents as they are, not scaled
+     * (tape.h, "Scaled seeds"), as a rule need not be exactly linear in
+     * them (an iterative solver's absolute tolerance, say). */
     int foreign;
     /* xbar = J^T ybar over the arguments in order (listed, then the run);
      * xbar arrives zeroed */

@@ -6,6 +6,7 @@
  * applies its transpose. */
 #include <string.h>
 
+#include "pair.h"
 #include "tape.h"
 
 struct ad_linear {
@@ -86,10 +87,27 @@ static void jacobian_by_columns(ad_tape *t, size_t n, size_t m, uint32_t hi, dou
 
 /* Rows j0 .. j0 + B of J from the inputs' cotangents, lane b row j0 + b,
  * scaled back; 0 if the block must be swept again unscaled.  Written once
- * for each lane count, so that the loop knows its stride. */
+ * for each lane count, so that the loop knows its stride; two rows go by
+ * pairs of lanes (ad_unscale's work, one load and one multiplication for
+ * both: per-observation Jacobians of tiny functions are all overhead). */
 AD_INLINE int rows_out(const double *adj, size_t n, size_t j0, size_t B, double *jac,
                        double scale, const size_t L)
 {
+#ifdef AD_PAIRS
+    if (L == 2 && B == 2) {
+        double u = scale == 1.0 ? 1.0 : AD_SEED_UNSCALE, *r0 = jac + j0 * n, *r1 = r0 + n;
+        ad_pair sum = {0.0, 0.0}, us = {u, u};
+        for (size_t i = 0; i < n; i++) {
+            ad_pair g = *(const ad_pair *)(adj + (i + 1) * 2);
+            sum += g;
+            g *= us;
+            r0[i] = g[0];
+            r1[i] = g[1];
+        }
+        double total = sum[0] + sum[1];
+        return scale == 1.0 || total - total == 0.0;
+    }
+#endif
     int done = 1;
     for (size_t b = 0; b < B; b++)
         done &= ad_unscale(jac + (j0 + b) * n, 1, adj + L + b, L, n, scale);

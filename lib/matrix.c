@@ -164,98 +164,30 @@ static inline void add4_short(double *restrict row, const double *const *x, cons
         row[l] = row[l] + yb[0] * x[0][l] + yb[1] * x[1][l] + yb[2] * x[2][l] + yb[3] * x[3][l];
 }
 
-/* Contributions far below the entries they are added to change nothing,
- * and skipping them is exact: where |ybar_j| max|x| < TINY, every term
- * ybar_j x_l is at most the smallest normal number, under half an ulp of
- * any entry of magnitude FIRM or more, so adding it gives the entry back
- * bit for bit.  It pays because such terms are subnormal, and each
- * subnormal product or sum costs the processor a microcode assist of about
- * a hundred cycles: in a mixture model, far from a component, the
- * softmax weight and every cotangent below it are subnormal.  A NaN or an
- * infinity is never TINY, and an entry of 0 or -0 is never FIRM.  Only a
- * ybar_j under SMALL (and not 0, whose terms are zeros, no slower than
- * others) is tested, so max|x| is found only for products that have one. */
-#define TINY 0x1p-1023
-#define FIRM 0x1p-960
-#define SMALL 0x1p-900
-
-static _Thread_local size_t terms_left_out;
-
-size_t ad_test_matrix_terms_left_out(void)
-{
-    size_t k = terms_left_out;
-    terms_left_out = 0;
-    return k;
-}
-
-static double max_abs(const double *x, size_t n)
-{
-    double m = 0.0;
-    for (size_t l = 0; l < n; l++) {
-        double a = fabs(x[l]);
-        if (!(a <= m))  /* a NaN stays */
-            m = a;
-    }
-    return m;
-}
-
-static int all_firm(const double *row, size_t len)
-{
-    for (size_t l = 0; l < len; l++)
-        if (!(fabs(row[l]) >= FIRM))
-            return 0;
-    return 1;
-}
-
 /* abar += ybar x^T of products p[0..np), in that order: each entry adds
  * their terms one after another, as np passes would, but is loaded and
- * stored once.  A row's TINY terms are left out where the row is FIRM
- * just before them; returns how many rows' terms were. */
+ * stored once. */
 #define PRODUCTS 4
 
-static size_t add_outer(const matrix *B, double *abar, const product *const *p, size_t np)
+static void add_outer(const matrix *B, double *abar, const product *const *p, size_t np)
 {
-    size_t left_out = 0;
     size_t n = B->cols, lo, hi;
     const double *x[PRODUCTS];
-    double yb[PRODUCTS], xmax[PRODUCTS];
-    for (size_t k = 0; k < np; k++) {
+    double yb[PRODUCTS];
+    for (size_t k = 0; k < np; k++)
         x[k] = prod_x(p[k]);
-        xmax[k] = -1.0;  /* not found yet */
-    }
     for (size_t j = 0; j < B->rows; j++) {
         double *row = abar + j * n;
-        unsigned tiny = 0;
         row_range(B->shape, j, n, &lo, &hi);
-        for (size_t k = 0; k < np; k++) {
+        for (size_t k = 0; k < np; k++)
             yb[k] = prod_ybar(p[k])[j];
-            double a = fabs(yb[k]);
-            if (AD__LIKELY(!(a < SMALL && a > 0.0)))
-                continue;
-            if (!(xmax[k] >= 0.0))
-                xmax[k] = max_abs(x[k], n);
-            if (a * xmax[k] < TINY)
-                tiny |= 1u << k;
-        }
-        if (np == PRODUCTS && !tiny) {
+        if (np == PRODUCTS) {
             add4_short(row, x, yb, lo, hi);
             continue;
         }
-        int firm = -1;  /* not known */
-        for (size_t k = 0; k < np && lo < hi; k++) {
-            if (tiny >> k & 1) {
-                if (firm < 0)
-                    firm = all_firm(row + lo, hi - lo);
-                if (firm) {
-                    left_out++;
-                    continue;
-                }
-            }
+        for (size_t k = 0; k < np && lo < hi; k++)
             axpy_short(row + lo, x[k] + lo, yb[k], hi - lo);
-            firm = -1;
-        }
     }
-    return left_out;
 }
 
 /* The products' waiting parts (prod_reverse), latest first, as they
@@ -266,7 +198,6 @@ static void mat_reverse(const ad_tape *t, const ad_block *b, uint32_t hid, doubl
 {
     const matrix *B = (const matrix *)b;
     double *abar = adj + (size_t)(hid + 1) * L + lane;
-    size_t left_out = 0;
     for (size_t at = B->last; L == 1 && at != NONE;) {
         const product *p[PRODUCTS];
         size_t np = 0;
@@ -276,10 +207,8 @@ static void mat_reverse(const ad_tape *t, const ad_block *b, uint32_t hid, doubl
             if (p[np]->swept == t->sweeps)  /* else above this sweep's top: not reached */
                 np++;
         }
-        left_out += add_outer(B, abar, p, np);
+        add_outer(B, abar, p, np);
     }
-    if (left_out)
-        terms_left_out += left_out;
     const uint32_t *ids = ad_block_ids(b);
     for (uint32_t k = 0; k < b->nout; k++)
         adj[(size_t)ids[k] * L + lane] += abar[(size_t)k * L];

@@ -223,11 +223,6 @@ AD_HIDDEN ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj
  * the dense arrays are available, so both stores are tested and measured. */
 AD_HIDDEN void ad_test_sparse_force_hash(int on);
 
-/* Test hook (matrix.c): how many of a row's terms the calling thread's
- * reverse sweeps have left out of matrices' cotangents as too small to
- * change them; reading it sets it back to 0. */
-AD_HIDDEN size_t ad_test_matrix_terms_left_out(void);
-
 /* tangent.c: the forward sweep, J v.  ad_tangent runs records first..top,
  * each tangent the partials times its arguments' tangents; ad_forward seeds
  * the inputs with v and writes the outputs' tangents to jv. */

@@ -270,12 +270,14 @@ ad_status ad_hvp(ad_objective f, void *ctx, size_t n, const double *x, const dou
     if (s != AD_OK)
         goto fail;
     for (double scale = ad_seed_scale(t);; scale = 1.0) {
+        ad_watch watch = ad_watch_begin(scale);
         double *tan = seeds(t, n, 1);
         if (n)
             memcpy(tan + 1, v, n * sizeof *v);
         const double *adjd = along(t, top, 1, scale);
-        if (ad_unscale(grad, 1, t->adj + 1, 1, n, scale) &&
-            ad_unscale(hv, 1, adjd + 1, 1, n, scale))
+        int finite = ad_unscale(grad, 1, t->adj + 1, 1, n, scale);
+        finite &= ad_unscale(hv, 1, adjd + 1, 1, n, scale);
+        if (!ad_watch_again(&watch, finite))
             break;
     }
     ad_read_outputs(t, 1, fx);
@@ -304,14 +306,15 @@ ad_status ad_hessian(ad_objective f, void *ctx, size_t n, const double *x, doubl
     for (size_t j0 = 0; j0 < n; j0 += L) {
         size_t B = n - j0 < L ? n - j0 : L;
         for (double scale = ad_seed_scale(t);; scale = 1.0) {
+            ad_watch watch = ad_watch_begin(scale);
             double *tan = seeds(t, n, L);
             for (size_t b = 0; b < B; b++)
                 tan[(j0 + b + 1) * L + b] = 1.0;
             const double *adjd = along(t, top, L, scale);
-            int done = ad_unscale(grad, 1, t->adj + 1, 1, n, scale);
+            int finite = ad_unscale(grad, 1, t->adj + 1, 1, n, scale);
             for (size_t b = 0; b < B; b++)
-                done &= ad_unscale(hess + j0 + b, n, adjd + L + b, L, n, scale);
-            if (done)
+                finite &= ad_unscale(hess + j0 + b, n, adjd + L + b, L, n, scale);
+            if (!ad_watch_again(&watch, finite))
                 break;
         }
     }

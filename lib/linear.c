@@ -69,6 +69,7 @@ static void jacobian_by_columns(ad_tape *t, size_t n, size_t m, uint32_t hi, dou
     for (size_t i0 = 0; i0 < n; i0 += AD_LANES) {
         size_t B = n - i0 < AD_LANES ? n - i0 : AD_LANES, L = lanes_for(B);
         for (double scale = ad_seed_scale(t);; scale = 1.0) {
+            ad_watch watch = ad_watch_begin(scale);
             memset(tan, 0, (n + 1) * L * sizeof *tan);
             for (size_t b = 0; b < B; b++)
                 tan[(i0 + b + 1) * L + b] = scale;
@@ -76,17 +77,17 @@ static void jacobian_by_columns(ad_tape *t, size_t n, size_t m, uint32_t hi, dou
             for (size_t j = 0; j < m; j++)
                 for (size_t b = 0; b < B; b++)
                     jac[j * n + i0 + b] = tan[(size_t)t->outputs[j].id * L + b];
-            int done = 1;
+            int finite = 1;
             for (size_t b = 0; b < B; b++)
-                done &= ad_unscale(jac + i0 + b, n, jac + i0 + b, n, m, scale);
-            if (done)
+                finite &= ad_unscale(jac + i0 + b, n, jac + i0 + b, n, m, scale);
+            if (!ad_watch_again(&watch, finite))
                 break;
         }
     }
 }
 
 /* Rows j0 .. j0 + B of J from the inputs' cotangents, lane b row j0 + b,
- * scaled back; 0 if the block must be swept again unscaled.  Written once
+ * scaled back; 0 if one is not finite.  Written once
  * for each lane count, so that the loop knows its stride; two rows go by
  * pairs of lanes (ad_unscale's work, one load and one multiplication for
  * both: per-observation Jacobians of tiny functions are all overhead). */
@@ -132,11 +133,12 @@ static void jacobian_by_rows(ad_tape *t, size_t n, size_t m, uint32_t hi, double
         size_t B = m - j0 < AD_LANES ? m - j0 : AD_LANES, L = lanes_for(B);
         uint32_t top = B == m ? hi : ad_outputs_top_of(t, j0, B);
         for (double scale = ad_seed_scale(t);; scale = 1.0) {
+            ad_watch watch = ad_watch_begin(scale);
             memset(adj, 0, ((size_t)top + 1) * L * sizeof *adj);
             for (size_t b = 0; b < B; b++)
                 adj[(size_t)t->outputs[j0 + b].id * L + b] += scale;
             ad_resolve(t, adj, top, L);
-            if (rows_out_any(adj, n, j0, B, jac, scale, L))
+            if (!ad_watch_again(&watch, rows_out_any(adj, n, j0, B, jac, scale, L)))
                 break;
         }
     }

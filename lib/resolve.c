@@ -196,14 +196,15 @@ ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj)
         t->adj_zero = need;
     }
     for (double scale = ad_seed_scale(t);; scale = 1.0) {  /* tape.h, "Scaled seeds" */
+        ad_watch watch = ad_watch_begin(scale);
         /* Outputs that share an ID add up; a constant output seeds slot 0,
          * the sink, and reaches nothing. */
         for (size_t j = 0; j < m; j++)
             t->adj[t->outputs[j].id] += (w ? w[j] : 1.0) * scale;
         ad_resolve(t, t->adj, hi, 1);  /* records above every output are skipped */
-        int done = ad_unscale(wj, 1, t->adj + 1, 1, n, scale);
+        int finite = ad_unscale(wj, 1, t->adj + 1, 1, n, scale);
         memset(t->adj, 0, (n + 1) * sizeof *t->adj);  /* the sink and the inputs */
-        if (done)
+        if (!ad_watch_again(&watch, finite))
             return AD_OK;
     }
 }

@@ -748,12 +748,11 @@ static int csr_room(csr_out *o, size_t need)
  * in one pass over the columns that writes both rows (lane 1's start after
  * lane 0's count).  Room is made for exactly those, so that a call sized by
  * the last one does not grow; each column's cell is looked up once.
- * *again: a scaled value is not finite, and the group must be resolved
- * again unscaled. */
+ * *finite: whether every value is (tape.h, ad_unscale). */
 _Static_assert(GROUP == 2, "append_rows writes two rows at a time");
 
 static ad_status append_rows(row_state *rs, csr_out *o, size_t j0, size_t B, size_t L,
-                             int *again)
+                             int *finite)
 {
     ad_csr *J = o->J;
     size_t n = rs->cols.len, count[GROUP] = {0, 0};
@@ -787,7 +786,7 @@ static ad_status append_rows(row_state *rs, csr_out *o, size_t j0, size_t B, siz
         }
     }
     J->nnz = at[GROUP - 1];
-    *again = rs->scale != 1.0 && sum - sum != 0.0;
+    *finite = sum - sum == 0.0;
     return AD_OK;
 }
 
@@ -887,9 +886,12 @@ static ad_status build(ad_tape *t, size_t n, size_t m, ad_csr *J)
         size_t start = J->nnz;
         int again = 1;
         for (rs.scale = ad_seed_scale(t); again && s == AD_OK; rs.scale = 1.0) {
+            ad_watch watch = ad_watch_begin(rs.scale);
+            int finite = 1;
             J->nnz = start;
             resolve_group(&rs, t->outputs + j0, B, LB);
-            s = rs.status != AD_OK ? rs.status : append_rows(&rs, &o, j0, B, LB, &again);
+            s = rs.status != AD_OK ? rs.status : append_rows(&rs, &o, j0, B, LB, &finite);
+            again = ad_watch_again(&watch, finite);
         }
     }
     if (s == AD_OK && o.cap - J->nnz > J->nnz / 4 && !csr_resize(&o, J->nnz ? J->nnz : 1))

@@ -61,12 +61,13 @@ ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv)
     t->adj_zero = 0;  /* the tangents take the cotangents' array */
     t->adj[0] = 0.0;
     for (double scale = ad_seed_scale(t);; scale = 1.0) {  /* tape.h, "Scaled seeds" */
+        ad_watch watch = ad_watch_begin(scale);
         for (size_t i = 0; i < n; i++)
             t->adj[i + 1] = v[i] * scale;
         ad_tangent(t, t->adj, hi, 1);
         for (size_t j = 0; j < m; j++)
             jv[j] = t->adj[t->outputs[j].id];
-        if (ad_unscale(jv, 1, jv, 1, m, scale))
+        if (!ad_watch_again(&watch, ad_unscale(jv, 1, jv, 1, m, scale)))
             return AD_OK;
     }
 }

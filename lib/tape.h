@@ -8,6 +8,8 @@
 #ifndef DUALREV_TAPE_H
 #define DUALREV_TAPE_H
 
+#include <fenv.h>
+
 #include "dualrev.h"
 #include "alloc.h"
 
@@ -185,8 +187,9 @@ AD_HIDDEN void ad_fill_nan_reals(ad_real *p, size_t count);
  * ADBench GMM d64 gradient), and rounds to fewer bits, or to 0.  A
  * cotangent above 2^512 overflows when scaled; the sweep only multiplies
  * and adds, so it reaches the results as an infinity or a NaN, and results
- * that are not all finite are swept again unscaled.  Tapes with the
- * user's rules are swept unscaled.  docs/tape.md, "Scaled seeds". */
+ * that are not all finite are swept again unscaled if the sweep raised the
+ * overflow flag.  Tapes with the user's rules are swept unscaled.
+ * docs/tape.md, "Scaled seeds". */
 #define AD_SEED_SCALE 0x1p512
 #define AD_SEED_UNSCALE 0x1p-512
 
@@ -195,11 +198,11 @@ static inline double ad_seed_scale(const ad_tape *t)
     return t->foreign ? 1.0 : AD_SEED_SCALE;
 }
 
-/* dst[i * to] = src[i * from] scaled back from `scale`, i < n; 0 if the
- * sweep must be run again unscaled: a scaled result is not finite, which
- * makes their sum not finite.  (So does a sum that overflows, of results
- * near 2^1023 / n: they are swept again, unscaled, for nothing, which is
- * rare and harmless, and spares a test per result.)  x 1 is exact. */
+/* dst[i * to] = src[i * from] scaled back from `scale`, i < n; 0 if a
+ * result is not finite, which makes their sum not finite.  (So does a sum
+ * that overflows, of results near 2^1023 / n, which at worst sweeps them
+ * again for nothing: rare, and it spares a test per result.)  x 1 is
+ * exact. */
 static inline int ad_unscale(double *dst, size_t to, const double *src, size_t from, size_t n,
                              double scale)
 {
@@ -210,6 +213,89 @@ static inline int ad_unscale(double *dst, size_t to, const double *src, size_t f
         dst[i * to] = g * u;
     }
     return scale == 1.0 || sum - sum == 0.0;
+}
+
+/* The overflow flag around a scaled sweep.  Results that are not all
+ * finite come from a scaled cotangent that overflowed, or from infinite
+ * partials (a value that overflowed in the forward pass, sqrt at 0),
+ * which give the same infinities and NaNs whatever the scale: the sweep is
+ * run again unscaled only if it raised the flag.  The flag is cleared for
+ * the sweep if it was set, and left as the caller had it: the scaled
+ * sweep's own overflow is not the caller's.  Where SSE2 does the sweeps'
+ * arithmetic (x86-64), the flag is MXCSR's, read without a call (two
+ * fetestexcept calls were 1% of a per-observation BA Jacobian); else
+ * <fenv.h>'s. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <xmmintrin.h>
+#define AD_MXCSR_OE 0x8u  /* the overflow flag */
+
+typedef struct ad_watch {
+    double scale;
+    int was;  /* set before the sweep */
+} ad_watch;
+
+static inline ad_watch ad_watch_begin(double scale)
+{
+    ad_watch w = {scale, 0};
+    if (scale != 1.0) {
+        unsigned csr = _mm_getcsr();
+        w.was = (csr & AD_MXCSR_OE) != 0;
+        if (w.was)
+            _mm_setcsr(csr & ~AD_MXCSR_OE);
+    }
+    return w;
+}
+
+static inline int ad_overflow_end(const ad_watch *w)
+{
+    unsigned csr = _mm_getcsr();
+    int over = (csr & AD_MXCSR_OE) != 0;
+    if (over != w->was)
+        _mm_setcsr(w->was ? csr | AD_MXCSR_OE : csr & ~AD_MXCSR_OE);
+    return over;
+}
+#else
+typedef struct ad_watch {
+    double scale;
+    int was;
+    fexcept_t flag;
+} ad_watch;
+
+static inline ad_watch ad_watch_begin(double scale)
+{
+    ad_watch w = {.scale = scale};
+#ifdef FE_OVERFLOW
+    if (scale != 1.0 && fetestexcept(FE_OVERFLOW)) {
+        w.was = 1;
+        fegetexceptflag(&w.flag, FE_OVERFLOW);
+        feclearexcept(FE_OVERFLOW);
+    }
+#endif
+    return w;
+}
+
+static inline int ad_overflow_end(const ad_watch *w)
+{
+#ifdef FE_OVERFLOW
+    int over = fetestexcept(FE_OVERFLOW) != 0;
+    if (w->was)
+        fesetexceptflag(&w->flag, FE_OVERFLOW);
+    else if (over)
+        feclearexcept(FE_OVERFLOW);
+    return over;
+#else
+    return 1;  /* no flag to read: any result that is not finite is swept again */
+#endif
+}
+#endif
+
+/* Whether the sweep since ad_watch_begin, whose results were `finite` or
+ * not, must be run again unscaled. */
+static inline int ad_watch_again(const ad_watch *w, int finite)
+{
+    if (w->scale == 1.0)
+        return 0;
+    return ad_overflow_end(w) && !finite;
 }
 
 /* resolve.c: the reverse sweep.  ad_resolve applies records top, top-1, ...,

@@ -863,13 +863,14 @@ static void test_recorded_values_bitwise(void **state)
 
 /* A matrix's cotangents are added up when the sweep reaches it, products
  * four at a time.  So every entry must still be bitwise the sum, latest
- * product first, of w_kj x_kl: here f = sum_k w_k . (A x_k), with weights
- * per product at normal, small, subnormal and zero scales, over batches of
- * four products and a partial one.  Row 3 is near 2^-950, where terms near
- * 2^-1000 still count; rows 5 and 6 get only subnormal terms, which all
- * count; row 4 is infinite from the first product on, so that the sweep
- * runs again unscaled (tape.h, "Scaled seeds") and adds these terms as
- * they are. */
+ * product first, of ybar_kj x_kl, ybar_kj = 2^512 w_kj (the sweep's seed
+ * is 2^512: tape.h, "Scaled seeds"), scaled back by 2^-512: here
+ * f = sum_k w_k . (A x_k), with weights per product at normal, small,
+ * subnormal and zero scales, over batches of four products and a partial
+ * one.  Row 3 is near 2^-950, where terms near 2^-1000 still count; rows 5
+ * and 6 get only terms that are subnormal unscaled, which all count; row 4
+ * is infinite from the first product on (an infinite partial, not an
+ * overflow: the sweep is not run again). */
 #define SKIP_K 12
 
 typedef struct skip_case {
@@ -916,8 +917,8 @@ static void test_tiny_terms_summed(void **state)
         size_t j = e / N, l = e % N;
         double acc = 0.0;
         for (size_t k = SKIP_K; k-- > 0;)  /* latest product first */
-            acc = acc + w[k * M + j] * x[k * N + l];
-        want[e] = 0.0 + acc;  /* the entry's input slot starts at 0 */
+            acc = acc + w[k * M + j] * 0x1p512 * x[k * N + l];
+        want[e] = (0.0 + acc) * 0x1p-512;  /* the entry's input slot starts at 0 */
     }
     skip_case c = {M, N, x, w};
     double fx;

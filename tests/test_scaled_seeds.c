@@ -14,11 +14,13 @@
  * to a multiple of 4.9e-324 and deep' comes out 2.7e-5 off, relatively;
  * scaled by 2^512 it stays normal.  steep's first cotangent, 1e160, is
  * past 2^512 (1.3e154), so it overflows when scaled. */
+#include <fenv.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "../lib/tape.h"  /* ad_thread_self: the tape's count of sweeps */
 
 #define DEEP 9e-20
 #define STEEP 1e260
@@ -274,10 +276,12 @@ static void test_threshold(void **state)
     }
 }
 
-/* Results that are not finite come out as the unscaled sweep gives them:
- * an infinite partial makes +Inf, and 0 x Inf a NaN, also where the 0 is
- * a cotangent that underflowed (1e-200 1e-200 is 0), which scaled would
- * have been +Inf. */
+/* Results that are not finite without an overflow come from infinite
+ * partials, and the sweep is not run again: an infinite partial makes
+ * +Inf and 0 x Inf a NaN, as unscaled; but a cotangent too small for an
+ * unscaled sweep (1e-200 1e-200, which underflows to 0 there, and makes
+ * NaN) meets the infinite partial as what it is, and makes +Inf.  The
+ * finite results are scaled ones. */
 static ad_real infinite(const ad_real *x, size_t n, void *ctx)
 {
     (void)n, (void)ctx;
@@ -293,8 +297,62 @@ static void test_not_finite(void **state)
     gradient_ok(infinite, NULL, 4, x, g);
     assert_true(isinf(g[0]) && g[0] > 0);
     assert_nan(g[1]);
-    assert_nan(g[2]);
-    assert_near(g[3], DEEP, ROUNDED, 0.0);  /* swept again unscaled */
+    assert_true(isinf(g[2]) && g[2] > 0);
+    assert_near(g[3], DEEP, RTOL, 0.0);
+}
+
+/* The sweeps a gradient took on this thread's tape (resolve.c counts them). */
+static uint64_t sweeps(void)
+{
+    return ad_thread_self()->tapes[0].sweeps;
+}
+
+/* The processor's overflow flag decides a second sweep: set by a scaled
+ * cotangent's overflow (steep), not by infinite partials (a value that
+ * overflowed in the forward pass: sq(x) squares x 20 times, which at
+ * x = 1e20 is +Inf after the fifth).  The caller's flag is left as it was:
+ * clear after a scaled overflow swept again without one, set if it was set
+ * before. */
+static ad_real squarings(const ad_real *x, size_t n, void *ctx)
+{
+    (void)n, (void)ctx;
+    ad_real y = x[0];
+    for (int k = 0; k < 20; k++)
+        y = ad_mul(y, y);
+    return ad_add(y, deep(x[1]));
+}
+
+static void test_overflow_flag(void **state)
+{
+    (void)state;
+    double x[3] = {1.0, 1.0, 1.0}, g[3], fx;
+    enum chain c = STEEP_ONLY;
+    feclearexcept(FE_OVERFLOW);
+    uint64_t before = sweeps();
+    gradient_ok(sum_of, &c, 3, x, g);
+    assert_int_equal(sweeps() - before, 2);
+    assert_false(fetestexcept(FE_OVERFLOW));
+    c = DEEP_ONLY;
+    feraiseexcept(FE_OVERFLOW);
+    before = sweeps();
+    gradient_ok(sum_of, &c, 3, x, g);
+    assert_int_equal(sweeps() - before, 1);
+    assert_true(fetestexcept(FE_OVERFLOW));
+    assert_near(g[0], DEEP, RTOL, 0.0);
+    /* infinite partials: one sweep, whether the flag was set before or not */
+    double y[2] = {1e20, 1.0};
+    for (int set = 0; set < 2; set++) {
+        if (set)
+            feraiseexcept(FE_OVERFLOW);
+        else
+            feclearexcept(FE_OVERFLOW);
+        before = sweeps();
+        assert_int_equal(ad_gradient(squarings, NULL, 2, y, &fx, g), AD_OK);
+        assert_int_equal(sweeps() - before, 1);
+        assert_true(isinf(fx) && isinf(g[0]));
+        assert_near(g[1], DEEP, RTOL, 0.0);
+    }
+    feclearexcept(FE_OVERFLOW);
 }
 
 /* The user's rules get the cotangents unscaled: y = 2 x, whose vjp keeps
@@ -366,6 +424,7 @@ int main(void)
         cmocka_unit_test(test_second_order),
         cmocka_unit_test(test_forward),
         cmocka_unit_test(test_threshold),
+        cmocka_unit_test(test_overflow_flag),
         cmocka_unit_test(test_not_finite),
         cmocka_unit_test(test_user_rules_unscaled),
     };

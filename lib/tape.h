@@ -8,8 +8,6 @@
 #ifndef DUALREV_TAPE_H
 #define DUALREV_TAPE_H
 
-#include <fenv.h>
-
 #include "dualrev.h"
 #include "alloc.h"
 
@@ -255,6 +253,8 @@ static inline int ad_overflow_end(const ad_watch *w)
     return over;
 }
 #else
+#include <fenv.h>
+
 typedef struct ad_watch {
     double scale;
     int was;

@@ -1,12 +1,14 @@
-/* Reverse sweeps seeded scaled (lib/tape.h, "Scaled seeds"): cotangents
- * that would underflow stay exact, cotangents that overflow when scaled
- * are swept again unscaled, and results that are not finite are what the
- * unscaled sweep gives.  Every reverse sweep: ad_gradient, ad_vjp,
- * ad_linear_vjp, ad_jacobian by rows, ad_sparse_jacobian, ad_hvp,
- * ad_hessian.
+/* Sweeps seeded scaled (lib/tape.h, "Scaled seeds"): cotangents and
+ * tangents that would underflow stay exact; a sweep that overflows when
+ * scaled is run again unscaled, one whose infinities come from infinite
+ * partials is not; the caller's overflow flag is left as it was; a user's
+ * rules get their arguments unscaled.  Every sweep: ad_gradient, ad_vjp,
+ * ad_linear_vjp, ad_jacobian by rows and by columns, ad_jvp,
+ * ad_linear_jvp, ad_sparse_jacobian, ad_hvp, ad_hessian.
  *
  * The functions are chains of products by constants, whose derivatives
- * are the products of the constants, known in closed form:
+ * are the products of the constants, known in closed form (and rise(x),
+ * below, for forward sweeps):
  *   deep(x)  = 3e-160 (3e-160 (1e300 x)),  deep'  = 9e-20
  *   steep(x) = 1e160 (1e100 x),            steep' = 1e260
  * deep's reverse sweep reaches 3e-160 * 3e-160 = 9e-320, below the

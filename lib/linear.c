@@ -87,10 +87,10 @@ static void jacobian_by_columns(ad_tape *t, size_t n, size_t m, uint32_t hi, dou
 }
 
 /* Rows j0 .. j0 + B of J from the inputs' cotangents, lane b row j0 + b,
- * scaled back; 0 if one is not finite.  Written once
- * for each lane count, so that the loop knows its stride; two rows go by
- * pairs of lanes (ad_unscale's work, one load and one multiplication for
- * both: per-observation Jacobians of tiny functions are all overhead). */
+ * scaled back; 0 if one is not finite.  Written once for each lane count,
+ * so that the loop knows its stride; two rows go by pairs of lanes
+ * (ad_unscale's work, one load and one multiplication for both:
+ * per-observation Jacobians of tiny functions are all overhead). */
 AD_INLINE int rows_out(const double *adj, size_t n, size_t j0, size_t B, double *jac,
                        double scale, const size_t L)
 {
@@ -106,13 +106,13 @@ AD_INLINE int rows_out(const double *adj, size_t n, size_t j0, size_t B, double 
             r1[i] = g[1];
         }
         double total = sum[0] + sum[1];
-        return scale == 1.0 || total - total == 0.0;
+        return total - total == 0.0;
     }
 #endif
-    int done = 1;
+    int finite = 1;
     for (size_t b = 0; b < B; b++)
-        done &= ad_unscale(jac + (j0 + b) * n, 1, adj + L + b, L, n, scale);
-    return done;
+        finite &= ad_unscale(jac + (j0 + b) * n, 1, adj + L + b, L, n, scale);
+    return finite;
 }
 
 static int rows_out_any(const double *adj, size_t n, size_t j0, size_t B, double *jac,

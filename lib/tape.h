@@ -210,7 +210,7 @@ static inline int ad_unscale(double *dst, size_t to, const double *src, size_t f
         sum += g;
         dst[i * to] = g * u;
     }
-    return scale == 1.0 || sum - sum == 0.0;
+    return sum - sum == 0.0;
 }
 
 /* The overflow flag around a scaled sweep.  Results that are not all

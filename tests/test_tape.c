@@ -106,6 +106,7 @@ static void test_reuse_with_other_sizes(void **state)
         assert_true(st.adjoint_bytes >= ((size_t)sizes[i] + 3) * sizeof(double));
         last_bytes = st.tape_bytes;
     }
+    /* a million records fill 16 chunks: four alone, then slabs of four */
     assert_int_equal(last_bytes, 16 * CHUNK * RECORD_BYTES);
 }
 

@@ -231,7 +231,6 @@ static const double *along(ad_tape *t, uint32_t top, size_t L, double scale)
 {
     double *tan = t->tan2, *adjd = t->tan2 + ((size_t)top + 1) * L;
     ad_tangent(t, tan, top, L);
-    t->adj_zero = 0;  /* left holding the gradient and more */
     memset(t->adj, 0, ((size_t)top + 1) * sizeof *t->adj);
     memset(adjd, 0, ((size_t)top + 1) * L * sizeof *adjd);
     t->adj[t->outputs[0].id] += scale;  /* a constant objective seeds the sink */
@@ -250,7 +249,7 @@ static ad_status prepare(ad_tape *t, ad_objective f, void *ctx, size_t n, const 
         return AD_ENOTSUP;
     *top = ad_outputs_top(t, 1);
     size_t ids = (size_t)*top + 1;
-    s = ad_tape_reserve_adjoints(t, *top);
+    s = ad_tape_borrow_adjoints(t, ids);  /* left holding the gradient and more */
     if (s == AD_OK && ids > SIZE_MAX / (2 * L))
         s = AD_ENOMEM;
     if (s == AD_OK)

@@ -153,10 +153,8 @@ ad_status ad_jacobian(ad_function f, void *ctx, size_t n, const double *x, size_
         goto fail;
     s = ad_record(t, f, ctx, n, x, m, 0);
     uint32_t hi = s == AD_OK ? ad_outputs_top(t, m) : 0;
-    if (s == AD_OK) {
-        t->adj_zero = 0;  /* the sweeps' lanes take the cotangents' array */
-        s = ad_reserve((void **)&t->adj, &t->adj_cap, ((size_t)hi + 1) * AD_LANES, sizeof *t->adj);
-    }
+    if (s == AD_OK)  /* for the sweeps' lanes */
+        s = ad_tape_borrow_adjoints(t, ((size_t)hi + 1) * AD_LANES);
     if (s != AD_OK)
         goto fail;
     /* Recorded once; then whichever of n forward or m reverse sweeps is

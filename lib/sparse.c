@@ -806,9 +806,8 @@ static int reserve_bits(uint64_t **bits, size_t *cap, size_t words)
 static void choose_store(row_state *rs, ad_tape *t, uint32_t hi, size_t groups, size_t L)
 {
     uint32_t *old = t->stamp;
-    t->adj_zero = 0;  /* the dense store's cotangents */
-    int dense = !force_hash &&
-                ad_reserve((void **)&t->adj, &t->adj_cap, ((size_t)hi + 1) * L, sizeof *t->adj) == AD_OK &&
+    int dense = !force_hash &&  /* the dense store's cotangents */
+                ad_tape_borrow_adjoints(t, ((size_t)hi + 1) * L) == AD_OK &&
                 ad_reserve((void **)&t->stamp, &t->stamp_cap, (size_t)hi + 1, sizeof *t->stamp) == AD_OK;
     /* Each group takes the next epoch; new tags, or epochs that would wrap
      * within this call, start again from zero.  New tags are zeroed at

@@ -54,11 +54,10 @@ ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv)
     if (t->no_jvp)
         return AD_ENOTSUP;
     uint32_t hi = ad_outputs_top(t, m);
-    ad_status s = ad_tape_reserve_adjoints(t, hi);
+    ad_status s = ad_tape_borrow_adjoints(t, (size_t)hi + 1);  /* for the tangents */
     if (s != AD_OK)
         return s;
     size_t n = t->first - 1;
-    t->adj_zero = 0;  /* the tangents take the cotangents' array */
     t->adj[0] = 0.0;
     for (double scale = ad_seed_scale(t);; scale = 1.0) {  /* tape.h, "Scaled seeds" */
         ad_watch watch = ad_watch_begin(scale);

@@ -238,6 +238,12 @@ ad_status ad_tape_reserve_adjoints(ad_tape *t, uint32_t top)
     return s;
 }
 
+ad_status ad_tape_borrow_adjoints(ad_tape *t, size_t count)
+{
+    t->adj_zero = 0;
+    return ad_reserve((void **)&t->adj, &t->adj_cap, count, sizeof *t->adj);
+}
+
 /* Everything but a second-order record with room: a new chunk, the idle
  * thread, a failed recording, a full chunk in first-order mode.  Kept out
  * of ad__push_slow so that its common path saves no registers. */

@@ -44,7 +44,8 @@ typedef struct ad_tape {
     double *adj;             /* cotangents, indexed by ID */
     size_t adj_cap;
     size_t adj_zero;         /* adj[0..adj_zero) are 0: ad_reverse's sweep leaves them so, which
-                                spares it clearing them; any other use of adj sets this to 0 */
+                                spares it clearing them; other uses borrow adj
+                                (ad_tape_borrow_adjoints), which sets this to 0 */
     ad_real *inputs;
     size_t inputs_cap;
     size_t inputs_named;     /* inputs[0..inputs_named) already carry their IDs */
@@ -109,8 +110,14 @@ AD_HIDDEN ad_status ad_tape_begin(ad_tape *t, ad_thread *th, size_t n, int secon
 /* Records in t so far: IDs first .. top(t). */
 static inline uint32_t ad_tape_top(const ad_tape *t) { return (uint32_t)(t->cursor.next - 1); }
 
-/* Make sure t->adj holds IDs 0..top. */
+/* Make sure t->adj holds IDs 0..top, for ad_reverse, which keeps what it
+ * swept at 0 (adj_zero). */
 AD_HIDDEN ad_status ad_tape_reserve_adjoints(ad_tape *t, uint32_t top);
+
+/* t->adj with room for `count` doubles, for any other sweep (tangents,
+ * several lanes, the sparse store), which leaves them holding anything:
+ * the next ad_reverse clears what it needs again. */
+AD_HIDDEN ad_status ad_tape_borrow_adjoints(ad_tape *t, size_t count);
 
 /* Room for `need` elements of `elem` bytes in *buf; grows by allocating
  * afresh, as the old contents are never needed. */

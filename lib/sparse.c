@@ -336,9 +336,11 @@ AD_INLINE void lanes_add(double *v, const double *z, double w, unsigned M, const
     if (L == 2) {
         static const ad_pair_mask keep[4] = {{0, 0}, {-1, 0}, {0, -1}, {-1, -1}};
         ad_pair_u old = *(ad_pair_u *)v, sum = old + *(const ad_pair_u *)z * w;
-        *(ad_pair_u *)v = M == 3 ? sum
-                                 : (ad_pair_u)(((ad_pair_mask)sum & keep[M]) |
-                                               ((ad_pair_mask)old & ~keep[M]));
+        if (AD__LIKELY(M == 3))
+            *(ad_pair_u *)v = sum;
+        else
+            *(ad_pair_u *)v = (ad_pair_u)(((ad_pair_mask)sum & keep[M]) |
+                                          ((ad_pair_mask)old & ~keep[M]));
         return;
     }
 #endif

@@ -750,44 +750,53 @@ static int csr_room(csr_out *o, size_t need)
  * in one pass over the columns that writes both rows (lane 1's start after
  * lane 0's count).  Room is made for exactly those, so that a call sized by
  * the last one does not grow; each column's cell is looked up once.
- * *finite: whether every value is (tape.h, ad_unscale). */
+ * *finite: whether every value is (tape.h, ad_unscale), from a sum per
+ * lane, as one sum would be a chain of additions as long as the row. */
 _Static_assert(GROUP == 2, "append_rows writes two rows at a time");
 
 static ad_status append_rows(row_state *rs, csr_out *o, size_t j0, size_t B, size_t L,
                              int *finite)
 {
     ad_csr *J = o->J;
-    size_t n = rs->cols.len, count[GROUP] = {0, 0};
+    const uint32_t *ids = rs->sorted;
+    size_t n = rs->cols.len, count0 = 0, count1 = 0;
     if (ad_reserve((void **)&rs->found, &rs->found_cap, n, sizeof *rs->found) != AD_OK)
         return AD_ENOMEM;
     cell *found = rs->found;
-    for (size_t k = 0; k < n; k++) {  /* lanes past B are never set */
-        found[k] = rs->hashed ? reached(rs, &rs->h, rs->sorted[k], GROUP, 1)
-                              : reached(rs, &rs->h, rs->sorted[k], L, 0);
-        count[0] += found[k].lanes & 1;
-        count[1] += found[k].lanes >> 1;
-    }
-    if (!csr_room(o, J->nnz + count[0] + count[1]))
-        return AD_ENOMEM;
-    /* in locals: a store into J's arrays could change J, for all the
-     * compiler knows */
-    size_t *col = J->col, at[GROUP] = {J->nnz, J->nnz + count[0]};
-    double *val = J->val, unscale = rs->scale == 1.0 ? 1.0 : AD_SEED_UNSCALE;
-    const uint32_t *ids = rs->sorted;
-    double sum = 0.0;  /* not finite if a value is not (tape.h, ad_unscale) */
-    for (size_t b = 0; b < B; b++)
-        J->row_ptr[j0 + b] = at[b];
+    /* Dense, a column's cell is where its ID says: inputs lie below every
+     * window, and each was staged in this group, so its tag is the group's.
+     * Lanes past B are never set. */
     for (size_t k = 0; k < n; k++) {
-        for (size_t b = 0; b < GROUP; b++) {
-            if (!(found[k].lanes >> b & 1))
-                continue;
-            double g = found[k].v[b];
-            sum += g;
-            col[at[b]] = ids[k] - 1;
-            val[at[b]++] = g * unscale;
+        found[k] = rs->hashed ? reached(rs, &rs->h, ids[k], GROUP, 1)
+                              : (cell){rs->h.val + (size_t)ids[k] * L, rs->h.tag[ids[k]] & LANE_MASK};
+        count0 += found[k].lanes & 1;
+        count1 += found[k].lanes >> 1;
+    }
+    size_t at0 = J->nnz, at1 = J->nnz + count0;  /* in locals: the stores below could change J */
+    if (!csr_room(o, at1 + count1))
+        return AD_ENOMEM;
+    size_t *col = J->col;
+    double *val = J->val, unscale = rs->scale == 1.0 ? 1.0 : AD_SEED_UNSCALE, sum0 = 0.0, sum1 = 0.0;
+    J->row_ptr[j0] = at0;
+    if (B > 1)
+        J->row_ptr[j0 + 1] = at1;
+    for (size_t k = 0; k < n; k++) {
+        const double *v = found[k].v;
+        unsigned M = found[k].lanes;
+        size_t c = ids[k] - 1;
+        if (M & 1) {
+            sum0 += v[0];
+            col[at0] = c;
+            val[at0++] = v[0] * unscale;
+        }
+        if (M & 2) {
+            sum1 += v[1];
+            col[at1] = c;
+            val[at1++] = v[1] * unscale;
         }
     }
-    J->nnz = at[GROUP - 1];
+    J->nnz = at1;
+    double sum = sum0 + sum1;
     *finite = sum - sum == 0.0;
     return AD_OK;
 }

@@ -746,31 +746,41 @@ static int csr_room(csr_out *o, size_t need)
     return csr_resize(o, c);
 }
 
+/* Column k of the group, input id: its cell.  Dense, where its ID says:
+ * inputs lie below every window, and each column was staged in this group,
+ * so its tag is the group's.  Hashed, looked up once beforehand into
+ * rs->found. */
+AD_INLINE cell column_cell(const row_state *rs, const double *val, const uint32_t *tag, size_t k,
+                           uint32_t id, const size_t L, const int hashed)
+{
+    return hashed ? rs->found[k] : (cell){val + (size_t)id * L, tag[id] & LANE_MASK};
+}
+
 /* The group's rows: each takes the columns its lane reached, scaled back,
  * in one pass over the columns that writes both rows (lane 1's start after
  * lane 0's count).  Room is made for exactly those, so that a call sized by
- * the last one does not grow; each column's cell is looked up once.
- * *finite: whether every value is (tape.h, ad_unscale), from a sum per
- * lane, as one sum would be a chain of additions as long as the row. */
+ * the last one does not grow.  *finite: whether every value is (tape.h,
+ * ad_unscale), from a sum per lane, as one sum would be a chain of
+ * additions as long as the two rows.  Lanes past B are never set. */
 _Static_assert(GROUP == 2, "append_rows writes two rows at a time");
 
-static ad_status append_rows(row_state *rs, csr_out *o, size_t j0, size_t B, size_t L,
-                             int *finite)
+AD_INLINE ad_status append_rows_in(row_state *rs, csr_out *o, size_t j0, size_t B, int *finite,
+                                   const size_t L, const int hashed)
 {
     ad_csr *J = o->J;
-    const uint32_t *ids = rs->sorted;
+    const uint32_t *ids = rs->sorted, *tag = rs->h.tag;
+    const double *cells = rs->h.val;
     size_t n = rs->cols.len, count0 = 0, count1 = 0;
-    if (ad_reserve((void **)&rs->found, &rs->found_cap, n, sizeof *rs->found) != AD_OK)
-        return AD_ENOMEM;
-    cell *found = rs->found;
-    /* Dense, a column's cell is where its ID says: inputs lie below every
-     * window, and each was staged in this group, so its tag is the group's.
-     * Lanes past B are never set. */
+    if (hashed) {
+        if (ad_reserve((void **)&rs->found, &rs->found_cap, n, sizeof *rs->found) != AD_OK)
+            return AD_ENOMEM;
+        for (size_t k = 0; k < n; k++)
+            rs->found[k] = reached(rs, &rs->h, ids[k], GROUP, 1);
+    }
     for (size_t k = 0; k < n; k++) {
-        found[k] = rs->hashed ? reached(rs, &rs->h, ids[k], GROUP, 1)
-                              : (cell){rs->h.val + (size_t)ids[k] * L, rs->h.tag[ids[k]] & LANE_MASK};
-        count0 += found[k].lanes & 1;
-        count1 += found[k].lanes >> 1;
+        unsigned M = column_cell(rs, cells, tag, k, ids[k], L, hashed).lanes;
+        count0 += M & 1;
+        count1 += M >> 1;
     }
     size_t at0 = J->nnz, at1 = J->nnz + count0;  /* in locals: the stores below could change J */
     if (!csr_room(o, at1 + count1))
@@ -781,24 +791,31 @@ static ad_status append_rows(row_state *rs, csr_out *o, size_t j0, size_t B, siz
     if (B > 1)
         J->row_ptr[j0 + 1] = at1;
     for (size_t k = 0; k < n; k++) {
-        const double *v = found[k].v;
-        unsigned M = found[k].lanes;
-        size_t c = ids[k] - 1;
-        if (M & 1) {
-            sum0 += v[0];
-            col[at0] = c;
-            val[at0++] = v[0] * unscale;
+        cell c = column_cell(rs, cells, tag, k, ids[k], L, hashed);
+        if (c.lanes & 1) {
+            sum0 += c.v[0];
+            col[at0] = ids[k] - 1;
+            val[at0++] = c.v[0] * unscale;
         }
-        if (M & 2) {
-            sum1 += v[1];
-            col[at1] = c;
-            val[at1++] = v[1] * unscale;
+        if (c.lanes & 2) {
+            sum1 += c.v[1];
+            col[at1] = ids[k] - 1;
+            val[at1++] = c.v[1] * unscale;
         }
     }
     J->nnz = at1;
     double sum = sum0 + sum1;
     *finite = sum - sum == 0.0;
     return AD_OK;
+}
+
+static ad_status append_rows(row_state *rs, csr_out *o, size_t j0, size_t B, size_t L,
+                             int *finite)
+{
+    if (rs->hashed)
+        return append_rows_in(rs, o, j0, B, finite, GROUP, 1);
+    return L == 1 ? append_rows_in(rs, o, j0, B, finite, 1, 0)
+                  : append_rows_in(rs, o, j0, B, finite, GROUP, 0);
 }
 
 /* Room for a zeroed bitmap of `words` words; kept zero between calls. */

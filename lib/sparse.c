@@ -107,7 +107,7 @@ typedef struct hot {
     uint32_t wlo, whi;         /* the window's IDs; wlo is UINT32_MAX without one */
     const ad__record *wrec;    /* the window's records: wlo's, then on in one chunk */
     size_t wmin;               /* the lowest position staged (whi - wlo + 1 for none) */
-    size_t wspan;              /* positions the last group walked (prefetch_group) */
+    uintptr_t ahead;           /* just above the top record of the group PREFETCH_AHEAD on */
     int wkept;                 /* block outputs were left uncleared for their rule */
 } hot;
 
@@ -585,6 +585,36 @@ AD_INLINE void open_window(hot *h, uint32_t top)
     h->wmin = below + 1;
 }
 
+/* The tape was written long before and has left the caches, and a group
+ * reads its window downwards, one dependent step at a time.  So each step
+ * of the walk also asks for the record as far below the top of the group
+ * PREFETCH_AHEAD groups on: as many of its records as this group walks
+ * (neighbouring rows usually reach about as far), one prefetch a step.  A
+ * burst of prefetches before each walk (the last walk's span and 8 more,
+ * up to 128 records) made the core wait whenever its line fill buffers were
+ * all busy: spread over the walk, 0.90-0.97 of the time on BA in paired
+ * runs; with neither, 1.10-1.21 (docs/jacobians.md).  The address is an integer, never read
+ * through, so one below a chunk's start is harmless: a prefetch does not
+ * fault. */
+#define PREFETCH_AHEAD 4
+
+AD_INLINE void prefetch_ahead(const hot *h, size_t k)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch((const void *)(h->ahead - (h->whi - h->wlo + 1 - k) * sizeof(ad__record)));
+#else
+    (void)h, (void)k;
+#endif
+}
+
+/* h->ahead for the group of outputs out[0..B): just above its top record,
+ * or, when it has none, the end of the window, whose lines the cache has. */
+static void aim_ahead(hot *h, const ad_real *out, size_t B)
+{
+    uint32_t top = group_top(out, B);
+    h->ahead = top >= h->first ? (uintptr_t)(record_at(h, top) + 1) : (uintptr_t)(h->win + 1);
+}
+
 AD_INLINE void resolve_group_in(row_state *rs, const ad_real *out, size_t B, const size_t L,
                                 const int hashed)
 {
@@ -605,6 +635,7 @@ AD_INLINE void resolve_group_in(row_state *rs, const ad_real *out, size_t B, con
     if (h.wlo != UINT32_MAX)
         for (size_t k = h.whi - h.wlo + 1; k-- > h.wmin;) {
             unsigned M = h.win->lanes[k];
+            prefetch_ahead(&h, k);
             if (M)
                 window_expand(rs, &h, k, M, L, hashed);
         }
@@ -615,8 +646,6 @@ AD_INLINE void resolve_group_in(row_state *rs, const ad_real *out, size_t B, con
         double *v = find_cell(rs, &h, id, &fresh, &lanes, L, hashed);
         expand_cell(rs, &h, id, record_at(&h, id), v, *lanes & LANE_MASK, L, hashed);
     }
-    if (h.wlo != UINT32_MAX)
-        h.wspan = h.whi - h.wlo + 1 - h.wmin;
     if (h.wkept)  /* the block rules have run */
         for (size_t k = h.wmin; k <= h.whi - h.wlo; k++)
             window_clear(&h, k, L);
@@ -633,38 +662,6 @@ static void resolve_group(row_state *rs, const ad_real *out, size_t B, size_t L)
         L == 1 ? resolve_group_in(rs, out, B, 1, 1) : resolve_group_in(rs, out, B, GROUP, 1);
     else
         L == 1 ? resolve_group_in(rs, out, B, 1, 0) : resolve_group_in(rs, out, B, GROUP, 0);
-}
-
-/* The tape was written long before and has left the caches, and a group
- * reads its window downwards, one dependent step at a time.  The records of
- * the group PREFETCH_AHEAD groups on are asked for while this one is
- * resolved, a prefetch per line: as many records as the last group walked
- * (neighbouring rows usually reach about as far) and a few more, as a
- * prefetch waits when the core's line fill buffers are all busy, and lines
- * no group reads would only keep it waiting.  Measured on BA against this
- * group's top 128 records asked for two at a time before its walk: 0.86 to
- * 0.93 of the time. */
-#define PREFETCH_AHEAD 4
-#define PREFETCH_MORE 8
-#define PREFETCH_RECORDS 128
-
-static void prefetch_group(const hot *h, const ad_real *out, size_t B)
-{
-#if defined(__GNUC__) || defined(__clang__)
-    uint32_t top = group_top(out, B);
-    if (top < h->first)
-        return;
-    size_t in_chunk = (top - h->first) & (AD_CHUNK - 1), n = h->wspan + PREFETCH_MORE;
-    n = n < PREFETCH_RECORDS ? n : PREFETCH_RECORDS;
-    n = n < in_chunk + 1 ? n : in_chunk + 1;  /* its window's chunk only */
-    const ad__record *r = record_at(h, top);
-    uintptr_t hi = (uintptr_t)(r + 1) - 1, lo = (uintptr_t)(r + 1 - n);
-    for (uintptr_t p = hi; p >= lo && p <= hi; p -= 64)
-        __builtin_prefetch((const void *)p);
-    __builtin_prefetch((const void *)lo);  /* the lowest record's line */
-#else
-    (void)h, (void)out, (void)B;
-#endif
 }
 
 /* ---- the CSR being built ----
@@ -888,7 +885,6 @@ static ad_status build(ad_tape *t, size_t n, size_t m, ad_csr *J)
     rs.h.first = t->first;
     rs.h.n = (uint32_t)n;
     rs.h.wlo = UINT32_MAX;
-    rs.h.wspan = PREFETCH_RECORDS;
     rs.status = AD_OK;
     size_t L = m == 1 ? 1 : GROUP;
     choose_store(&rs, t, ad_outputs_top(t, m), (m + L - 1) / L, L);
@@ -908,7 +904,9 @@ static ad_status build(ad_tape *t, size_t n, size_t m, ad_csr *J)
         size_t B = m - j0 < L ? m - j0 : L, LB = B == 1 ? 1 : L;
         size_t ahead = j0 + PREFETCH_AHEAD * L;
         if (ahead < m)
-            prefetch_group(&rs.h, t->outputs + ahead, m - ahead < L ? m - ahead : L);
+            aim_ahead(&rs.h, t->outputs + ahead, m - ahead < L ? m - ahead : L);
+        else
+            aim_ahead(&rs.h, t->outputs, 0);
         /* seeded scaled, and again unscaled if that overflowed */
         size_t start = J->nnz;
         int again = 1;

@@ -128,7 +128,7 @@ typedef struct row_state {
     uint32_t short_sorted[SORT_SHORT];
     unsigned char order[SORT_SHORT]; /* the last short sort's: cols[order[0]], ... ascend */
     size_t order_len;          /* its length (0 for none) */
-    struct cell *found;        /* their cells, looked up once (append_rows) */
+    struct cell *found;        /* hashed store: their cells, looked up once (append_rows) */
     size_t found_cap;
     double scale;              /* the group's seed (tape.h, "Scaled seeds") */
     ad_status status;
@@ -593,9 +593,9 @@ AD_INLINE void open_window(hot *h, uint32_t top)
  * burst of prefetches before each walk (the last walk's span and 8 more,
  * up to 128 records) made the core wait whenever its line fill buffers were
  * all busy: spread over the walk, 0.90-0.97 of the time on BA in paired
- * runs; with neither, 1.10-1.21 (docs/jacobians.md).  The address is an integer, never read
- * through, so one below a chunk's start is harmless: a prefetch does not
- * fault. */
+ * runs; with neither, 1.10-1.21 (docs/jacobians.md).  The address is an
+ * integer, never read through, so one below a chunk's start is harmless:
+ * a prefetch does not fault. */
 #define PREFETCH_AHEAD 4
 
 AD_INLINE void prefetch_ahead(const hot *h, size_t k)
@@ -607,11 +607,12 @@ AD_INLINE void prefetch_ahead(const hot *h, size_t k)
 #endif
 }
 
-/* h->ahead for the group of outputs out[0..B): just above its top record,
- * or, when it has none, the end of the window, whose lines the cache has. */
-static void aim_ahead(hot *h, const ad_real *out, size_t B)
+/* h->ahead for the group of L outputs from out[from] on, of m: just above
+ * its top record, or, when there is none, the end of the window, whose
+ * lines the cache has. */
+static void aim_ahead(hot *h, const ad_real *out, size_t from, size_t m, size_t L)
 {
-    uint32_t top = group_top(out, B);
+    uint32_t top = from < m ? group_top(out + from, m - from < L ? m - from : L) : 0;
     h->ahead = top >= h->first ? (uintptr_t)(record_at(h, top) + 1) : (uintptr_t)(h->win + 1);
 }
 
@@ -902,11 +903,7 @@ static ad_status build(ad_tape *t, size_t n, size_t m, ad_csr *J)
         /* a last group of one row takes one lane: every lane of a group
          * is then a row's, and no lane is computed from unset values */
         size_t B = m - j0 < L ? m - j0 : L, LB = B == 1 ? 1 : L;
-        size_t ahead = j0 + PREFETCH_AHEAD * L;
-        if (ahead < m)
-            aim_ahead(&rs.h, t->outputs + ahead, m - ahead < L ? m - ahead : L);
-        else
-            aim_ahead(&rs.h, t->outputs, 0);
+        aim_ahead(&rs.h, t->outputs, j0 + PREFETCH_AHEAD * L, m, L);
         /* seeded scaled, and again unscaled if that overflowed */
         size_t start = J->nnz;
         int again = 1;

@@ -96,7 +96,7 @@ AD_INLINE int rows_out(const double *adj, size_t n, size_t j0, size_t B, double 
 {
 #ifdef AD_PAIRS
     if (L == 2 && B == 2) {
-        double u = scale == 1.0 ? 1.0 : AD_SEED_UNSCALE, *r0 = jac + j0 * n, *r1 = r0 + n;
+        double u = ad_seed_back(scale), *r0 = jac + j0 * n, *r1 = r0 + n;
         ad_pair sum = {0.0, 0.0}, us = {u, u};
         for (size_t i = 0; i < n; i++) {
             ad_pair g = *(const ad_pair *)(adj + (i + 1) * 2);

@@ -784,7 +784,7 @@ AD_INLINE ad_status append_rows_in(row_state *rs, csr_out *o, size_t j0, size_t 
     if (!csr_room(o, at1 + count1))
         return AD_ENOMEM;
     size_t *col = J->col;
-    double *val = J->val, unscale = rs->scale == 1.0 ? 1.0 : AD_SEED_UNSCALE, sum0 = 0.0, sum1 = 0.0;
+    double *val = J->val, unscale = ad_seed_back(rs->scale), sum0 = 0.0, sum1 = 0.0;
     J->row_ptr[j0] = at0;
     if (B > 1)
         J->row_ptr[j0 + 1] = at1;

@@ -203,6 +203,12 @@ static inline double ad_seed_scale(const ad_tape *t)
     return t->foreign ? 1.0 : AD_SEED_SCALE;
 }
 
+/* What scales a sweep's results back from its seed's `scale`. */
+static inline double ad_seed_back(double scale)
+{
+    return scale == 1.0 ? 1.0 : AD_SEED_UNSCALE;
+}
+
 /* dst[i * to] = src[i * from] scaled back from `scale`, i < n; 0 if a
  * result is not finite, which makes their sum not finite.  (So does a sum
  * that overflows, of results near 2^1023 / n, which at worst sweeps them
@@ -211,7 +217,7 @@ static inline double ad_seed_scale(const ad_tape *t)
 static inline int ad_unscale(double *dst, size_t to, const double *src, size_t from, size_t n,
                              double scale)
 {
-    double u = scale == 1.0 ? 1.0 : AD_SEED_UNSCALE, sum = 0.0;
+    double u = ad_seed_back(scale), sum = 0.0;
     for (size_t i = 0; i < n; i++) {
         double g = src[i * from];
         sum += g;

@@ -871,21 +871,21 @@ static void test_recorded_values_bitwise(void **state)
  * and 6 get only terms that are subnormal unscaled, which all count; row 4
  * is infinite from the first product on (an infinite partial, not an
  * overflow: the sweep is not run again). */
-#define SKIP_K 12
+#define TERMS_K 12
 
-typedef struct skip_case {
+typedef struct terms_case {
     size_t m, n;
     const double *x, *w;  /* K n points; K m weights */
-} skip_case;
+} terms_case;
 
-static ad_real skip_objective(const ad_real *z, size_t nz, void *ctx)
+static ad_real terms_objective(const ad_real *z, size_t nz, void *ctx)
 {
-    const skip_case *c = ctx;
+    const terms_case *c = ctx;
     ad_real y[8], f = ad_const(0.0);
     ad_mat M;
     (void)nz;
     assert_int_equal(ad_mat_record(c->m, c->n, z, &M), AD_OK);
-    for (size_t k = 0; k < SKIP_K; k++) {
+    for (size_t k = 0; k < TERMS_K; k++) {
         ad_mat_vec(&M, c->x + k * c->n, y);
         f = ad_add(f, ad_dot(c->m, y, c->w + k * c->m));
     }
@@ -895,14 +895,14 @@ static ad_real skip_objective(const ad_real *z, size_t nz, void *ctx)
 static void test_tiny_terms_summed(void **state)
 {
     enum { M = 7, N = 6 };
-    static const double scale[SKIP_K] = {1.0,    1e-310, 0.0,    1e-300, 4e-320, 1.0,
+    static const double scale[TERMS_K] = {1.0,    1e-310, 0.0,    1e-300, 4e-320, 1.0,
                                          1e-315, 5e-324, 1e-308, 1e-15,  1e-312, 1e-200};
-    double x[SKIP_K * N], w[SKIP_K * M], z[M * N], g[M * N], want[M * N];
+    double x[TERMS_K * N], w[TERMS_K * M], z[M * N], g[M * N], want[M * N];
     uint64_t rng = 0x71e;
     (void)state;
     fill_uniform(&rng, z, M * N, -1.0, 1.0);
-    fill_uniform(&rng, x, SKIP_K * N, -4.0, 4.0);
-    for (size_t k = 0; k < SKIP_K; k++) {
+    fill_uniform(&rng, x, TERMS_K * N, -4.0, 4.0);
+    for (size_t k = 0; k < TERMS_K; k++) {
         if (k >= 6)
             x[k * N + 2] = 0.0;
         for (size_t j = 0; j < M; j++) {
@@ -916,13 +916,13 @@ static void test_tiny_terms_summed(void **state)
     for (size_t e = 0; e < M * N; e++) {
         size_t j = e / N, l = e % N;
         double acc = 0.0;
-        for (size_t k = SKIP_K; k-- > 0;)  /* latest product first */
+        for (size_t k = TERMS_K; k-- > 0;)  /* latest product first */
             acc = acc + w[k * M + j] * 0x1p512 * x[k * N + l];
         want[e] = (0.0 + acc) * 0x1p-512;  /* the entry's input slot starts at 0 */
     }
-    skip_case c = {M, N, x, w};
+    terms_case c = {M, N, x, w};
     double fx;
-    assert_int_equal(ad_gradient(skip_objective, &c, M * N, z, &fx, g), AD_OK);
+    assert_int_equal(ad_gradient(terms_objective, &c, M * N, z, &fx, g), AD_OK);
     size_t subnormal = 0;
     for (size_t e = 0; e < M * N; e++) {
         subnormal += want[e] != 0.0 && fabs(want[e]) < 0x1p-1022;

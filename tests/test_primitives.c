@@ -50,9 +50,9 @@ static size_t last_records(void)
  * 1. Reductions against their scalar unrolling and closed forms
  * ====================================================================== */
 
-enum kind { K_DOT, K_DOT_RD, K_DOT_DR, K_SUM, K_SQNORM, K_PROD, K_LSE, KINDS };
-static const char *const kind_name[KINDS] = {"dot_r", "dot_rd", "dot_dr", "sum", "sqnorm",
-                                              "prod", "logsumexp"};
+enum kind { K_DOT, K_DOT_RD, K_DOT_DR, K_DOT_SELF, K_SUM, K_SQNORM, K_PROD, K_LSE, KINDS };
+static const char *const kind_name[KINDS] = {"dot_r",  "dot_rd", "dot_dr", "dot_self",
+                                              "sum",    "sqnorm", "prod",   "logsumexp"};
 
 /* The objective: the primitive (through its generic name) over the inputs,
  * or its scalar unrolling.  K_DOT reads x[0..n) and x[n..2n); the others
@@ -93,6 +93,7 @@ static ad_real unrolled(const reduction *r, const ad_real *x)
         case K_DOT_RD: s = ad_add(s, ad_mul(x[i], r->c[i])); break;
         case K_DOT_DR: s = ad_add(s, ad_mul(r->c[i], x[i])); break;
         case K_SUM: s = ad_add(s, x[i]); break;
+        case K_DOT_SELF:
         case K_SQNORM: s = ad_add(s, ad_mul(x[i], x[i])); break;
         default: s = ad_mul(s, x[i]); break;
         }
@@ -108,6 +109,7 @@ static ad_real primitive(const reduction *r, const ad_real *x)
     case K_DOT: return ad_dot(n, x, x + n);
     case K_DOT_RD: return ad_dot(n, x, c);
     case K_DOT_DR: return ad_dot(n, c, x);
+    case K_DOT_SELF: return ad_dot(n, x, x);
     case K_SUM: return ad_sum(n, x);
     case K_SQNORM: return ad_sqnorm(n, x);
     case K_PROD: return ad_prod(n, x);
@@ -155,6 +157,7 @@ static double closed_form(const reduction *r, const double *x, double *grad)
             grad[i] = 1.0;
         }
         return v;
+    case K_DOT_SELF:
     case K_SQNORM:
         for (size_t i = 0; i < n; i++) {
             v += x[i] * x[i];
@@ -202,6 +205,7 @@ static void sample(enum kind kind, uint64_t *rng, double *x, size_t count)
             break;
         }
         case K_LSE: x[i] = rng_uniform(rng, 1.0, 6.0); break;  /* logsumexp >= 1 */
+        case K_DOT_SELF:
         case K_SQNORM: x[i] = rng_uniform(rng, -2.0, 2.0); break;
         default: x[i] = rng_uniform(rng, 0.25, 2.0); break;  /* sums of positive terms */
         }
@@ -241,7 +245,8 @@ static void check_reduction(enum kind kind, size_t n, uint64_t seed)
         }
     }
     /* One record: ceil(k/2) slots for k arguments (dot_r: one slot per
-     * pair), and a header when more than one. */
+     * pair; dot_self: the layout of sqnorm), and a header when more than
+     * one. */
     size_t want = n == 0 ? 0 : nary_records(kind == K_DOT ? 2 * n : n);
     if (records != want) {
         print_error("%s n=%zu: %zu records, expected %zu\n", kind_name[kind], n, records, want);
@@ -278,6 +283,9 @@ static void test_record_counts(void **state)
     gradient_ok(reduction_objective, &r, 1000, x, g);
     assert_int_equal(last_records(), 500 + 1);
     r.kind = K_DOT_DR;
+    gradient_ok(reduction_objective, &r, 1000, x, g);
+    assert_int_equal(last_records(), 500 + 1);
+    r.kind = K_DOT_SELF;  /* as its squared norm: half the slots of dot_r */
     gradient_ok(reduction_objective, &r, 1000, x, g);
     assert_int_equal(last_records(), 500 + 1);
     for (int k = K_SUM; k < KINDS; k++) {

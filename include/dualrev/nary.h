@@ -8,9 +8,14 @@
 #ifndef DUALREV_NARY_H
 #define DUALREV_NARY_H
 
-/* sum_i x[i] y[i] */
+static inline ad_real ad_sqnorm_r(size_t n, const ad_real *x);
+
+/* sum_i x[i] y[i].  A dot product of an array with itself is its squared
+ * norm, recorded as one: two elements a slot instead of one. */
 static inline ad_real ad_dot_r(size_t n, const ad_real *x, const ad_real *y)
 {
+    if (x == y)
+        return ad_sqnorm_r(n, x);
     double v = 0.0;
     ad__slots s = ad__slots_begin();
     for (size_t i = 0; i < n; i++) {

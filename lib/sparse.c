@@ -116,7 +116,7 @@ typedef struct hot {
 
 typedef struct row_state {
     const ad_tape *t;
-    hot h;                     /* between groups */
+    hot h;                     /* between runs of groups (rows_in) */
     /* hash mode */
     int hashed;
     pend_entry *map;
@@ -542,13 +542,9 @@ static void sort_ids(row_state *rs)
     rs->order_len = n;
 }
 
-static void start_group(row_state *rs)
+/* The hashed store's map, emptied for the next group. */
+static void clear_map(row_state *rs)
 {
-    rs->heap.len = rs->cols.len = 0;
-    if (!rs->hashed) {
-        rs->h.epoch++;
-        return;
-    }
     HASH_CLEAR(hh, rs->map);
     /* Keep the newest block for the next group; free the others. */
     while (rs->blocks && rs->blocks->next) {
@@ -616,14 +612,21 @@ static void aim_ahead(hot *h, const ad_real *out, size_t from, size_t m, size_t 
     h->ahead = top >= h->first ? (uintptr_t)(record_at(h, top) + 1) : (uintptr_t)(h->win + 1);
 }
 
-AD_INLINE void resolve_group_in(row_state *rs, const ad_real *out, size_t B, const size_t L,
-                                const int hashed)
+/* Resolves the L rows of outputs out[0..L) together, lane b for out[b];
+ * leaves the input IDs the group reached, sorted, in rs->sorted, with their
+ * cells findable through reached(). */
+AD_INLINE void resolve_group(row_state *rs, hot *hp, const ad_real *out, const size_t L,
+                             const int hashed)
 {
-    start_group(rs);
-    hot h = rs->h;
-    h.below = group_top(out, B);
+    hot h = *hp;  /* a copy of the caller's local, which inlining folds away */
+    rs->heap.len = rs->cols.len = 0;
+    if (hashed)
+        clear_map(rs);
+    else
+        h.epoch++;
+    h.below = group_top(out, L);
     open_window(&h, h.below);
-    for (size_t b = 0; b < B; b++) {
+    for (size_t b = 0; b < L; b++) {
         double e[GROUP] = {0};
         e[b] = rs->scale;
         stage(rs, &h, out[b].id, e, 1.0, 1u << b, L, hashed);
@@ -650,19 +653,8 @@ AD_INLINE void resolve_group_in(row_state *rs, const ad_real *out, size_t B, con
     if (h.wkept)  /* the block rules have run */
         for (size_t k = h.wmin; k <= h.whi - h.wlo; k++)
             window_clear(&h, k, L);
-    rs->h = h;
+    *hp = h;
     sort_ids(rs);
-}
-
-/* Resolves the B rows of outputs out[0..B) together, lane b for out[b];
- * leaves the input IDs the group reached, sorted, in rs->sorted, with their
- * cells findable through reached(). */
-static void resolve_group(row_state *rs, const ad_real *out, size_t B, size_t L)
-{
-    if (rs->hashed)
-        L == 1 ? resolve_group_in(rs, out, B, 1, 1) : resolve_group_in(rs, out, B, GROUP, 1);
-    else
-        L == 1 ? resolve_group_in(rs, out, B, 1, 0) : resolve_group_in(rs, out, B, GROUP, 0);
 }
 
 /* ---- the CSR being built ----
@@ -762,18 +754,18 @@ AD_INLINE cell column_cell(const row_state *rs, const double *val, const uint32_
  * additions as long as the two rows.  Lanes past B are never set. */
 _Static_assert(GROUP == 2, "append_rows writes two rows at a time");
 
-AD_INLINE ad_status append_rows_in(row_state *rs, csr_out *o, size_t j0, size_t B, int *finite,
-                                   const size_t L, const int hashed)
+AD_INLINE ad_status append_rows(row_state *rs, const hot *h, csr_out *o, size_t j0, size_t B,
+                                int *finite, const size_t L, const int hashed)
 {
     ad_csr *J = o->J;
-    const uint32_t *ids = rs->sorted, *tag = rs->h.tag;
-    const double *cells = rs->h.val;
+    const uint32_t *ids = rs->sorted, *tag = h->tag;
+    const double *cells = h->val;
     size_t n = rs->cols.len, count0 = 0, count1 = 0;
     if (hashed) {
         if (ad_reserve((void **)&rs->found, &rs->found_cap, n, sizeof *rs->found) != AD_OK)
             return AD_ENOMEM;
         for (size_t k = 0; k < n; k++)
-            rs->found[k] = reached(rs, &rs->h, ids[k], GROUP, 1);
+            rs->found[k] = reached(rs, h, ids[k], GROUP, 1);
     }
     for (size_t k = 0; k < n; k++) {
         unsigned M = column_cell(rs, cells, tag, k, ids[k], L, hashed).lanes;
@@ -807,13 +799,41 @@ AD_INLINE ad_status append_rows_in(row_state *rs, csr_out *o, size_t j0, size_t 
     return AD_OK;
 }
 
-static ad_status append_rows(row_state *rs, csr_out *o, size_t j0, size_t B, size_t L,
-                             int *finite)
+/* Rows j0 .. j1 (a multiple of L apart), L to a group, each group resolved
+ * and written; the kernel's state is a local of this loop, not copied in
+ * and out for each group.  Each group is seeded scaled, and again unscaled
+ * if that overflowed. */
+AD_INLINE ad_status rows_in(row_state *rs, csr_out *o, size_t j0, size_t j1, const size_t L,
+                            const int hashed)
+{
+    const ad_real *out = rs->t->outputs;
+    ad_csr *J = o->J;
+    hot h = rs->h;
+    ad_status s = AD_OK;
+    for (; j0 < j1 && s == AD_OK; j0 += L) {
+        aim_ahead(&h, out, j0 + PREFETCH_AHEAD * L, J->rows, L);
+        size_t start = J->nnz;
+        int again = 1;
+        for (rs->scale = ad_seed_scale(rs->t); again && s == AD_OK; rs->scale = 1.0) {
+            ad_watch watch = ad_watch_begin(rs->scale);
+            int finite = 1;
+            J->nnz = start;
+            resolve_group(rs, &h, out + j0, L, hashed);
+            s = rs->status != AD_OK ? rs->status
+                                    : append_rows(rs, &h, o, j0, L, &finite,
+                                                  hashed ? GROUP : L, hashed);
+            again = ad_watch_again(&watch, finite);
+        }
+    }
+    rs->h = h;
+    return s;
+}
+
+static ad_status rows(row_state *rs, csr_out *o, size_t j0, size_t j1, size_t L)
 {
     if (rs->hashed)
-        return append_rows_in(rs, o, j0, B, finite, GROUP, 1);
-    return L == 1 ? append_rows_in(rs, o, j0, B, finite, 1, 0)
-                  : append_rows_in(rs, o, j0, B, finite, GROUP, 0);
+        return L == 1 ? rows_in(rs, o, j0, j1, 1, 1) : rows_in(rs, o, j0, j1, GROUP, 1);
+    return L == 1 ? rows_in(rs, o, j0, j1, 1, 0) : rows_in(rs, o, j0, j1, GROUP, 0);
 }
 
 /* Room for a zeroed bitmap of `words` words; kept zero between calls. */
@@ -899,23 +919,13 @@ static ad_status build(ad_tape *t, size_t n, size_t m, ad_csr *J)
             rs.h.win->val[k] = -0.0;
     }
     ad_status s = rs.h.win && csr_start(&o, m, t->sparse_nnz) ? AD_OK : AD_ENOMEM;
-    for (size_t j0 = 0; j0 < m && s == AD_OK; j0 += L) {
-        /* a last group of one row takes one lane: every lane of a group
-         * is then a row's, and no lane is computed from unset values */
-        size_t B = m - j0 < L ? m - j0 : L, LB = B == 1 ? 1 : L;
-        aim_ahead(&rs.h, t->outputs, j0 + PREFETCH_AHEAD * L, m, L);
-        /* seeded scaled, and again unscaled if that overflowed */
-        size_t start = J->nnz;
-        int again = 1;
-        for (rs.scale = ad_seed_scale(t); again && s == AD_OK; rs.scale = 1.0) {
-            ad_watch watch = ad_watch_begin(rs.scale);
-            int finite = 1;
-            J->nnz = start;
-            resolve_group(&rs, t->outputs + j0, B, LB);
-            s = rs.status != AD_OK ? rs.status : append_rows(&rs, &o, j0, B, LB, &finite);
-            again = ad_watch_again(&watch, finite);
-        }
-    }
+    /* A last group of one row takes one lane: every lane of a group is then
+     * a row's, and no lane is computed from unset values. */
+    size_t full = m / L * L;
+    if (s == AD_OK)
+        s = rows(&rs, &o, 0, full, L);
+    if (s == AD_OK && full < m)
+        s = rows(&rs, &o, full, m, 1);
     if (s == AD_OK && o.cap - J->nnz > J->nnz / 4 && !csr_resize(&o, J->nnz ? J->nnz : 1))
         s = AD_ENOMEM;
     if (s == AD_OK) {

@@ -384,7 +384,9 @@ AD_INLINE void stage(row_state *rs, hot *h, uint32_t id, const double *z, double
     if (!fresh)
         return;
     if (id <= h->n) {
-        if (!ids_push(&rs->cols, id))
+        if (!hashed)  /* room for every input (choose_store) */
+            rs->cols.p[rs->cols.len++] = id;
+        else if (!ids_push(&rs->cols, id))
             rs->status = AD_ENOMEM;
     } else if (!hashed) {
         bits_set(h, id);
@@ -848,8 +850,11 @@ static int reserve_bits(uint64_t **bits, size_t *cap, size_t words)
 }
 
 /* Dense arrays if they can be had (tags zeroed whenever they are new or
- * the epoch would wrap), else the hash map. */
-static void choose_store(row_state *rs, ad_tape *t, uint32_t hi, size_t groups, size_t L)
+ * the epoch would wrap), else the hash map.  Dense, the columns' list has
+ * room for all n inputs, which a group reaches once each at most, so that
+ * pushing a column needs no test. */
+static void choose_store(row_state *rs, ad_tape *t, uint32_t hi, size_t n, size_t groups,
+                         size_t L)
 {
     uint32_t *old = t->stamp;
     int dense = !force_hash &&  /* the dense store's cotangents */
@@ -863,7 +868,8 @@ static void choose_store(row_state *rs, ad_tape *t, uint32_t hi, size_t groups, 
         t->epoch = 0;
     }
     if (!dense || !reserve_bits(&t->bits, &t->bits_cap, ((size_t)hi >> 6) + 1) ||
-        !reserve_bits(&t->summary, &t->summary_cap, ((size_t)hi >> 12) + 1)) {
+        !reserve_bits(&t->summary, &t->summary_cap, ((size_t)hi >> 12) + 1) ||
+        ad_reserve((void **)&rs->cols.p, &rs->cols.cap, n, sizeof *rs->cols.p) != AD_OK) {
         rs->hashed = 1;
         return;
     }
@@ -908,7 +914,7 @@ static ad_status build(ad_tape *t, size_t n, size_t m, ad_csr *J)
     rs.h.wlo = UINT32_MAX;
     rs.status = AD_OK;
     size_t L = m == 1 ? 1 : GROUP;
-    choose_store(&rs, t, ad_outputs_top(t, m), (m + L - 1) / L, L);
+    choose_store(&rs, t, ad_outputs_top(t, m), n, (m + L - 1) / L, L);
     csr_out o = {J, 0};
     J->rows = m;
     J->cols = n;

@@ -751,13 +751,11 @@ AD_INLINE cell column_cell(const row_state *rs, const double *val, const uint32_
 /* The group's rows: each takes the columns its lane reached, scaled back,
  * in one pass over the columns that writes both rows (lane 1's start after
  * lane 0's count).  Room is made for exactly those, so that a call sized by
- * the last one does not grow.  *finite: whether every value is (tape.h,
- * ad_unscale), from a sum per lane, as one sum would be a chain of
- * additions as long as the two rows.  Lanes past B are never set. */
+ * the last one does not grow.  Lanes past B are never set. */
 _Static_assert(GROUP == 2, "append_rows writes two rows at a time");
 
 AD_INLINE ad_status append_rows(row_state *rs, const hot *h, csr_out *o, size_t j0, size_t B,
-                                int *finite, const size_t L, const int hashed)
+                                const size_t L, const int hashed)
 {
     ad_csr *J = o->J;
     const uint32_t *ids = rs->sorted, *tag = h->tag;
@@ -778,33 +776,39 @@ AD_INLINE ad_status append_rows(row_state *rs, const hot *h, csr_out *o, size_t 
     if (!csr_room(o, at1 + count1))
         return AD_ENOMEM;
     size_t *col = J->col;
-    double *val = J->val, unscale = ad_seed_back(rs->scale), sum0 = 0.0, sum1 = 0.0;
+    double *val = J->val, unscale = ad_seed_back(rs->scale);
     J->row_ptr[j0] = at0;
     if (B > 1)
         J->row_ptr[j0 + 1] = at1;
     for (size_t k = 0; k < n; k++) {
         cell c = column_cell(rs, cells, tag, k, ids[k], L, hashed);
         if (c.lanes & 1) {
-            sum0 += c.v[0];
             col[at0] = ids[k] - 1;
             val[at0++] = c.v[0] * unscale;
         }
         if (c.lanes & 2) {
-            sum1 += c.v[1];
             col[at1] = ids[k] - 1;
             val[at1++] = c.v[1] * unscale;
         }
     }
     J->nnz = at1;
-    double sum = sum0 + sum1;
-    *finite = sum - sum == 0.0;
     return AD_OK;
+}
+
+/* Whether v[0..n) are all finite (tape.h, ad_unscale). */
+static int all_finite(const double *v, size_t n)
+{
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++)
+        sum += v[i];
+    return sum - sum == 0.0;
 }
 
 /* Rows j0 .. j1 (a multiple of L apart), L to a group, each group resolved
  * and written; the kernel's state is a local of this loop, not copied in
  * and out for each group.  Each group is seeded scaled, and again unscaled
- * if that overflowed. */
+ * if that overflowed and left a value that is not finite: the rows are read
+ * again for that only when the flag says so, which is rare. */
 AD_INLINE ad_status rows_in(row_state *rs, csr_out *o, size_t j0, size_t j1, const size_t L,
                             const int hashed)
 {
@@ -818,13 +822,12 @@ AD_INLINE ad_status rows_in(row_state *rs, csr_out *o, size_t j0, size_t j1, con
         int again = 1;
         for (rs->scale = ad_seed_scale(rs->t); again && s == AD_OK; rs->scale = 1.0) {
             ad_watch watch = ad_watch_begin(rs->scale);
-            int finite = 1;
             J->nnz = start;
             resolve_group(rs, &h, out + j0, L, hashed);
             s = rs->status != AD_OK ? rs->status
-                                    : append_rows(rs, &h, o, j0, L, &finite,
-                                                  hashed ? GROUP : L, hashed);
-            again = ad_watch_again(&watch, finite);
+                                    : append_rows(rs, &h, o, j0, L, hashed ? GROUP : L, hashed);
+            again = ad_watch_over(&watch) && s == AD_OK &&
+                    !all_finite(J->val + start, J->nnz - start);
         }
     }
     rs->h = h;

@@ -302,13 +302,18 @@ static inline int ad_overflow_end(const ad_watch *w)
 }
 #endif
 
+/* Whether the sweep since ad_watch_begin raised the flag (never unscaled),
+ * which is left as it was before; to be called once per ad_watch_begin. */
+static inline int ad_watch_over(const ad_watch *w)
+{
+    return w->scale != 1.0 && ad_overflow_end(w);
+}
+
 /* Whether the sweep since ad_watch_begin, whose results were `finite` or
  * not, must be run again unscaled. */
 static inline int ad_watch_again(const ad_watch *w, int finite)
 {
-    if (w->scale == 1.0)
-        return 0;
-    return ad_overflow_end(w) && !finite;
+    return ad_watch_over(w) && !finite;
 }
 
 /* resolve.c: the reverse sweep.  ad_resolve applies records top, top-1, ...,

@@ -748,13 +748,13 @@ AD_INLINE cell column_cell(const row_state *rs, const double *val, const uint32_
     return hashed ? rs->found[k] : (cell){val + (size_t)id * L, tag[id] & LANE_MASK};
 }
 
-/* The group's rows: each takes the columns its lane reached, scaled back,
- * in one pass over the columns that writes both rows (lane 1's start after
- * lane 0's count).  Room is made for exactly those, so that a call sized by
- * the last one does not grow.  Lanes past B are never set. */
+/* The group's L rows, from row j0: each takes the columns its lane
+ * reached, scaled back, in one pass over the columns that writes both rows
+ * (lane 1's start after lane 0's count).  Room is made for exactly those,
+ * so that a call sized by the last one does not grow. */
 _Static_assert(GROUP == 2, "append_rows writes two rows at a time");
 
-AD_INLINE ad_status append_rows(row_state *rs, const hot *h, csr_out *o, size_t j0, size_t B,
+AD_INLINE ad_status append_rows(row_state *rs, const hot *h, csr_out *o, size_t j0,
                                 const size_t L, const int hashed)
 {
     ad_csr *J = o->J;
@@ -778,7 +778,7 @@ AD_INLINE ad_status append_rows(row_state *rs, const hot *h, csr_out *o, size_t 
     size_t *col = J->col;
     double *val = J->val, unscale = ad_seed_back(rs->scale);
     J->row_ptr[j0] = at0;
-    if (B > 1)
+    if (L > 1)
         J->row_ptr[j0 + 1] = at1;
     for (size_t k = 0; k < n; k++) {
         cell c = column_cell(rs, cells, tag, k, ids[k], L, hashed);
@@ -824,8 +824,7 @@ AD_INLINE ad_status rows_in(row_state *rs, csr_out *o, size_t j0, size_t j1, con
             ad_watch watch = ad_watch_begin(rs->scale);
             J->nnz = start;
             resolve_group(rs, &h, out + j0, L, hashed);
-            s = rs->status != AD_OK ? rs->status
-                                    : append_rows(rs, &h, o, j0, L, hashed ? GROUP : L, hashed);
+            s = rs->status != AD_OK ? rs->status : append_rows(rs, &h, o, j0, L, hashed);
             again = ad_watch_over(&watch) && s == AD_OK &&
                     !all_finite(J->val + start, J->nnz - start);
         }

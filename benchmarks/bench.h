@@ -22,6 +22,7 @@ typedef struct grad_row {
     size_t n;
     int with_peer;            /* asked for: time the peer on this row */
     size_t inputs, records;   /* records: dualrev's, for one gradient */
+    size_t tape_bytes;        /* those records' bytes */
     bench_time plain, dualrev;
     int peer_ok;              /* the peer ran, and its gradient agreed */
     bench_time peer_tape, peer_grad;
@@ -58,6 +59,7 @@ int check_close(double a, double b, double rtol);
 /* The sections; each prints its table and writes its TSV file. */
 void section_programs(const bench_ctx *b, grad_row *rows, size_t count);
 void section_tbad(const bench_ctx *b, grad_row *rows, size_t count);
+void section_cache(const bench_ctx *b, grad_row *rows, size_t count);
 void section_memory(const bench_ctx *b, mem_row *rows, size_t count);
 void section_targets(const bench_ctx *b, const grad_row *progs, size_t nprogs,
                      const mem_row *mem, size_t nmem);

@@ -29,6 +29,14 @@ static grad_row tbad[] = {
     {.prog = PROG_T_BAD, .n = 10000000, .with_peer = 1},
 };
 
+/* Points: tapes of 0.1, 1.5, 24 and 195 MiB. */
+static grad_row cache[] = {
+    {.prog = PROG_GMM_QX, .n = 1, .with_peer = 1},
+    {.prog = PROG_GMM_QX, .n = 16, .with_peer = 1},
+    {.prog = PROG_GMM_QX, .n = 256, .with_peer = 1},
+    {.prog = PROG_GMM_QX, .n = 2048, .with_peer = 1},
+};
+
 static mem_row memory[] = {
     {.prog = PROG_DOT, .n = 1000000},
     {.prog = PROG_SUM_MAT_VEC, .n = 1000000},
@@ -46,16 +54,17 @@ static void usage(const char *argv0)
             "  --reps N    timed batches per measurement; the median is reported (11)\n"
             "  --min-ms MS each batch loops until it lasts this long (20)\n"
             "  --max-n N   skip the sizes above N (a quick run: --max-n 100000)\n"
-            "  --out DIR   write programs.tsv, tbad.tsv, memory.tsv, primitives.tsv and\n"
-            "              hessian.tsv there\n"
+            "  --out DIR   write programs.tsv, tbad.tsv, memory.tsv, primitives.tsv,\n"
+            "              hessian.tsv and cache.tsv there\n"
             "  --only primitives  run only the array-primitives section\n"
-            "  --only hessian     run only the second-order section (ad_hvp, ad_hessian)\n",
+            "  --only hessian     run only the second-order section (ad_hvp, ad_hessian)\n"
+            "  --only cache       run only GMM's inner loop on tapes of growing size\n",
             argv0);
     exit(2);
 }
 
 /* --only: one section alone. */
-enum { ONLY_NONE, ONLY_PRIMITIVES, ONLY_HESSIAN };
+enum { ONLY_NONE, ONLY_PRIMITIVES, ONLY_HESSIAN, ONLY_CACHE };
 
 static void parse(int argc, char **argv, bench_ctx *b, size_t *max_n, int *only)
 {
@@ -76,6 +85,8 @@ static void parse(int argc, char **argv, bench_ctx *b, size_t *max_n, int *only)
             *only = ONLY_PRIMITIVES;
         else if (!strcmp(a, "--only") && !strcmp(v, "hessian"))
             *only = ONLY_HESSIAN;
+        else if (!strcmp(a, "--only") && !strcmp(v, "cache"))
+            *only = ONLY_CACHE;
         else
             usage(argv[0]);
     }
@@ -124,7 +135,12 @@ int main(int argc, char **argv)
         return section_primitives(&b, max_n) ? 0 : 1;
     if (only == ONLY_HESSIAN)
         return section_hessian(&b, max_n) ? 0 : 1;
-    size_t np, nt, nm;
+    size_t np, nt, nc, nm;
+    KEEP_UP_TO(cache, max_n, nc);
+    if (only == ONLY_CACHE) {
+        section_cache(&b, cache, nc);
+        return all_checked(cache, nc) ? 0 : 1;
+    }
     KEEP_UP_TO(programs, max_n, np);
     KEEP_UP_TO(tbad, max_n, nt);
     KEEP_UP_TO(memory, max_n, nm);
@@ -134,5 +150,7 @@ int main(int argc, char **argv)
     section_targets(&b, programs, np, memory, nm);
     int prims_ok = section_primitives(&b, max_n);
     int hess_ok = section_hessian(&b, max_n);
-    return all_checked(programs, np) && all_checked(tbad, nt) && prims_ok && hess_ok ? 0 : 1;
+    section_cache(&b, cache, nc);
+    return all_checked(programs, np) && all_checked(tbad, nt) && all_checked(cache, nc) &&
+                   prims_ok && hess_ok ? 0 : 1;
 }

@@ -57,14 +57,15 @@ static void run_peer_grad(void *ctx, size_t iters)
 }
 
 /* One gradient, checked, and the records it took. */
-static const char *first_gradient(job *j, size_t *records)
+static const char *first_gradient(job *j, grad_row *r)
 {
     ad_status s = ad_gradient(prog_objective(j->prog), &j->n, j->inputs, j->x, &j->fx, j->g);
     if (s != AD_OK)
         return ad_strerror(s);
     ad_tape_stats st;
     ad_tape_stats_get(&st);
-    *records = st.records;
+    r->records = st.records;
+    r->tape_bytes = st.records * st.record_bytes;
     const char *bad = check_gradient(j->prog, j->n, j->x, j->inputs, j->fx, j->g);
     return bad ? bad : "ok";
 }
@@ -129,7 +130,7 @@ void measure_row(const bench_ctx *b, grad_row *r)
     }
     prog_fill_inputs(r->prog, x, r->inputs);
     job j = {r->prog, r->n, r->inputs, x, g, 0.0, 0};
-    r->check = first_gradient(&j, &r->records);
+    r->check = first_gradient(&j, r);
     const bench_body body[2] = {run_plain, run_dualrev};
     void *const ctx[2] = {&j, &j};
     bench_time t[2];

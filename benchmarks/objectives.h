@@ -104,6 +104,38 @@ static BENCH_T BENCH_NAME(rotate)(const BENCH_T *x, size_t inputs, void *ctx)
     return ad_add(ad_add(r[0], r[1]), r[2]);
 }
 
+/* ---- GMM's inner loop (ADBench; benchmarks/gmm/gmm_objective.h) ---- */
+
+/* Inputs: Q's diagonal (64), its strict lower triangle column by column
+ * (2016), mu (64); n points x_i, made up here, are data.  The sum over the
+ * points of the components of Q (mu - x_i): the column-by-column loop of
+ * GMM's main term, whose d64_K100 gradient is almost all this loop, on a tape
+ * as long as n makes it.  Sums, not GMM's squared norm, keep the program a
+ * polynomial of degree 2 for the check. */
+static BENCH_T BENCH_NAME(gmm_qx)(const BENCH_T *x, size_t inputs, void *ctx)
+{
+    (void)inputs;
+    size_t n = *(const size_t *)ctx;
+    const BENCH_T *qdiag = x, *l = x + PROG_QX_D, *mu = l + PROG_QX_D * (PROG_QX_D - 1) / 2;
+    BENCH_T xc[PROG_QX_D], qx[PROG_QX_D], sum = x[0];
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < PROG_QX_D; j++)
+            xc[j] = ad_sub(mu[j], prog_qx_point(i, j));
+        for (size_t j = 0; j < PROG_QX_D; j++)
+            qx[j] = ad_mul(qdiag[j], xc[j]);
+        size_t idx = 0;
+        for (size_t col = 0; col < PROG_QX_D; col++)
+            for (size_t r = col + 1; r < PROG_QX_D; r++)
+                qx[r] = ad_add(qx[r], ad_mul(l[idx++], xc[col]));
+        size_t j = 0;
+        if (i == 0)
+            sum = qx[j++];
+        for (; j < PROG_QX_D; j++)
+            sum = ad_add(sum, qx[j]);
+    }
+    return sum;
+}
+
 /* ---- t_bad (paper, section 5.4) ---- */
 
 /* Each x_k is used twice, so naive dual numbers take 2^n backpropagator

@@ -42,6 +42,7 @@ tape_fn program_of(bench_prog p)
     case PROG_SUM_MAT_VEC_ARRAY: return sum_mat_vec_adolc;
     case PROG_ROTATE: return rotate_adolc;
     case PROG_T_BAD: return t_bad_adolc;
+    case PROG_GMM_QX: return gmm_qx_adolc;
     case PROG_COUNT: break;
     }
     return nullptr;

@@ -32,6 +32,7 @@ static const program programs[PROG_COUNT] = {
                                 sum_mat_vec_array_ad, 2.05, 1.32},
     [PROG_ROTATE] = {"rotate_vec_by_quat", rotate_plain, rotate_ad, 8.77, 6.13},
     [PROG_T_BAD] = {"t_bad", t_bad_plain, t_bad_ad, -1.0, -1.0},
+    [PROG_GMM_QX] = {"gmm Q(mu-x)", gmm_qx_plain, gmm_qx_ad, -1.0, -1.0},
 };
 
 const char *prog_name(bench_prog p) { return programs[p].name; }
@@ -50,6 +51,7 @@ size_t prog_inputs(bench_prog p, size_t n)
     case PROG_SUM_MAT_VEC_ARRAY: return prog_side(n) * (prog_side(n) + 1);
     case PROG_ROTATE: return 7;
     case PROG_T_BAD: return 1;
+    case PROG_GMM_QX: return PROG_QX_D * (PROG_QX_D + 3) / 2;
     case PROG_COUNT: break;
     }
     return 0;

@@ -10,6 +10,8 @@
  *   rotate        sum of the components of rotate_vec_by_quat(v, q)
  *                                                          3 + 4 inputs
  *   t_bad         x_k = x_{k-1} * x_{k-1}, k = 1..n        1 input
+ *   gmm Q(mu-x)   sum over n points of Q (mu - x_i), Q lower triangular
+ *                 64 x 64: GMM's inner loop (objectives.h)  2144 inputs
  *   dot, sum-mat-vec "(ad_dot)": the same two programs written with
  *                 dualrev's array primitives (one n-ary record per ad_dot);
  *                 ADOL-C, which has no such primitive, runs its scalar form
@@ -33,6 +35,7 @@ typedef enum bench_prog {
     PROG_SUM_MAT_VEC_ARRAY,
     PROG_ROTATE,
     PROG_T_BAD,
+    PROG_GMM_QX,
     PROG_COUNT
 } bench_prog;
 
@@ -45,6 +48,15 @@ static inline size_t prog_side(size_t n)
     while ((m + 1) * (m + 1) <= n)
         m++;
     return m;
+}
+
+/* gmm Q(mu-x): the dimension, and component j of the made-up point i, in
+ * [0.5, 1.5) (no division: it is in the timed loop). */
+#define PROG_QX_D 64
+
+static inline double prog_qx_point(size_t i, size_t j)
+{
+    return 0.5 + 0.015625 * (double)((i + 3 * j) & 63);
 }
 
 const char *prog_name(bench_prog p);

@@ -3,7 +3,9 @@
  * A product's partials are the products of all the other elements, and a
  * log-sum-exp's are the softmax, which needs the sum: both are computed into
  * a per-thread scratch array, then recorded as one n-ary record (nary.h). */
+#include <float.h>
 #include <math.h>
+#include <string.h>
 
 #include "tape.h"
 
@@ -70,6 +72,148 @@ static uint32_t record(ad_tape *t, size_t n, const ad_real *x, const double *w, 
     return id;
 }
 
+/* The underflow and overflow flags around the prefix and suffix products
+ * of ad_prod_r: raised, a product lost bits to the range of double (a tiny
+ * inexact result, or an overflow; an exact subnormal or a zero factor
+ * raises neither and loses nothing).  The caller's flags are cleared
+ * before and raised again after; those the products raised stay, as in
+ * the same computation on double.  On x86-64 MXCSR's, read without a call
+ * (as tape.h's ad_watch); else <fenv.h>'s; without such flags, always. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define RANGE_FLAGS 0x18u  /* MXCSR: overflow 0x8, underflow 0x10 */
+
+static unsigned range_begin(void)
+{
+    unsigned csr = _mm_getcsr(), was = csr & RANGE_FLAGS;
+    if (was)
+        _mm_setcsr(csr & ~RANGE_FLAGS);
+    return was;
+}
+
+static int range_lost(unsigned was)
+{
+    unsigned csr = _mm_getcsr();
+    if (was)
+        _mm_setcsr(csr | was);
+    return (csr & RANGE_FLAGS) != 0;
+}
+#elif defined(FE_UNDERFLOW) && defined(FE_OVERFLOW)
+static unsigned range_begin(void)
+{
+    int was = fetestexcept(FE_UNDERFLOW | FE_OVERFLOW);
+    if (was)
+        feclearexcept(was);
+    return (unsigned)was;
+}
+
+static int range_lost(unsigned was)
+{
+    int lost = fetestexcept(FE_UNDERFLOW | FE_OVERFLOW) != 0;
+    if (was)
+        feraiseexcept((int)was);
+    return lost;
+}
+#else
+static unsigned range_begin(void) { return 0; }
+static int range_lost(unsigned was) { (void)was; return 1; }
+#endif
+
+/* Keeps the products between the reads of the flags: the compiler knows
+ * nothing of the flags, and could move arithmetic across the reads.  A
+ * fence with p (in a register on x86-64) and memory (w, x) as operands. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define RANGE_FENCE(p) __asm__ volatile("" : "+x"(p) : : "memory")
+#elif defined(__GNUC__) || defined(__clang__)
+#define RANGE_FENCE(p) __asm__ volatile("" : "+m"(p) : : "memory")
+#else
+#define RANGE_FENCE(p) ((void)(p))
+#endif
+
+/* w[i] = x[0] ... x[i-1], then times x[i+1] ... x[n-1] (n > 0): exact at
+ * zeros, where the total over x[i] would be 0/0.  Returns x[0] ... x[n-2],
+ * left to right. */
+static inline double prefix_suffix(size_t n, const ad_real *x, double *w)
+{
+    double p = 1.0;
+    RANGE_FENCE(p);
+    for (size_t i = 0; i + 1 < n; i++) {
+        w[i] = p;
+        p *= x[i].v;
+    }
+    w[n - 1] = p;
+    double s = 1.0;
+    for (size_t i = n - 1; i > 0; i--) {
+        w[i] *= s;
+        s *= x[i].v;
+    }
+    w[0] *= s;
+    RANGE_FENCE(p);
+    return p;
+}
+
+/* A product kept as m 2^e, with |m| in [2^-500, 2^500] unless it is 0,
+ * Inf or NaN: a factor of 0, Inf or NaN gives the plain product, and
+ * nothing else under- or overflows. */
+typedef struct scaled {
+    double m;
+    int64_t e;
+} scaled;
+
+static scaled scaled_mul(scaled p, double x)
+{
+    double m = p.m * x, a = fabs(m), ax = fabs(x);
+    if (a >= 0x1p-500 && a <= 0x1p500) {
+        p.m = m;
+    } else if (p.m == 0.0 || x == 0.0 || !isfinite(p.m) || !isfinite(x)) {
+        p.m = m;
+    } else if (ax >= 0x1p-500 && ax <= 0x1p500) {  /* m is in [2^-1000, 2^1000] */
+        p.m = a < 0x1p-500 ? m * 0x1p600 : m * 0x1p-600;
+        p.e += a < 0x1p-500 ? -600 : 600;
+    } else {  /* [1/2, 1) x [1/2, 1): exact but for the one rounding */
+        int i, j;
+        p.m = frexp(p.m, &i) * frexp(x, &j);
+        p.e += i + j;
+    }
+    return p;
+}
+
+/* m 2^e, rounded once, for |m| in [2^-1000, 2^1000] (or 0, Inf, NaN):
+ * a product by 2^e where that is a double, 0 or Inf past 2^+-2100. */
+static double scale2(double m, int64_t e)
+{
+    if (e == 0 || m == 0.0 || !isfinite(m))
+        return m;
+    if (e < -2100 || e > 2100)
+        return copysign(e < 0 ? 0.0 : INFINITY, m);
+    if (e < -1022 || e > 1023)
+        return ldexp(m, (int)e);
+    uint64_t bits = (uint64_t)(e + 1023) << 52;
+    double p;
+    memcpy(&p, &bits, sizeof p);
+    return m * p;
+}
+
+/* prefix_suffix on scaled products, for where those lost bits: each
+ * partial is rounded once however far its prefix and suffix products lie
+ * outside the range of double (prod(1e200, 1e-110, 1e-110, 1e-110,
+ * 1e-110): the suffix 1e-330 underflowed, and the partial 1e-130 with
+ * it).  w gets the prefixes' m, w + n their e. */
+static void prefix_suffix_scaled(size_t n, const ad_real *x, double *w)
+{
+    scaled p = {1.0, 0};
+    for (size_t i = 0; i < n; i++) {
+        w[i] = p.m;
+        w[n + i] = (double)p.e;
+        p = scaled_mul(p, x[i].v);
+    }
+    p.m = 1.0;
+    p.e = 0;
+    for (size_t i = n; i-- > 0;) {
+        w[i] = scale2(w[i] * p.m, (int64_t)w[n + i] + p.e);
+        p = scaled_mul(p, x[i].v);
+    }
+}
+
 ad_real ad_prod_r(size_t n, const ad_real *x)
 {
     ad_real r = {1.0, 0};
@@ -80,16 +224,14 @@ ad_real ad_prod_r(size_t n, const ad_real *x)
             r.v *= x[i].v;
         return r;
     }
-    /* w[i] = x[0] ... x[i-1], then times x[i+1] ... x[n-1]: exact at zeros,
-     * where the total over x[i] would be 0/0. */
-    for (size_t i = 0; i < n; i++) {
-        w[i] = r.v;
-        r.v *= x[i].v;
-    }
-    double suffix = 1.0;
-    for (size_t i = n; i-- > 0;) {
-        w[i] *= suffix;
-        suffix *= x[i].v;
+    unsigned was = range_begin();
+    double p = prefix_suffix(n, x, w);
+    int lost = range_lost(was);
+    r.v = p * x[n - 1].v;
+    if (lost) {
+        if (!(w = scratch(t, 2 * n)))  /* 2 n: n is at most SIZE_MAX / sizeof *x */
+            return r;
+        prefix_suffix_scaled(n, x, w);
     }
     r.id = record(t, n, x, w, AD__NARY_PROD);
     return r;

@@ -10,6 +10,7 @@
 #ifndef DUALREV_SECOND_H
 #define DUALREV_SECOND_H
 
+#include <float.h>
 #include <math.h>
 
 #include "tape.h"
@@ -35,14 +36,58 @@ static inline ad_aux two(double aa, double ab, double bb)
 
 /* pow(a, b) = v: d/da = b a^(b-1), d/db = log(a) v; conventions at b = 0
  * (d/da = 0 for every a) and a = 0 (d/db = 0 for every b) carry over, and
- * d2/da2 is 0 wherever d/da is constant in a (b = 0 or 1). */
+ * d2/da2 is 0 wherever d/da is constant in a (b = 0 or 1, where a^(b-2)
+ * may be Inf).  Where a power underflows to 0 its product is 0, not
+ * Inf x 0 = NaN: b ((b - 1) a^(b-2)), as b (b - 1) overflows for |b| >
+ * 1.3e154, and a^(b-1) (1 + b log a) only where a^(b-1) is not 0, as
+ * b log a overflows for |b| > 2.4e305. */
 static inline ad_aux pow2(double a, double b, double v)
 {
-    double c = b * (b - 1.0);  /* 0 for b = 0 and b = 1, where a^(b-2) may be Inf */
-    double aa = c == 0.0 ? 0.0 : c * pow(a, b - 2.0);
-    double ab = a == 0.0 ? 0.0 : pow(a, b - 1.0) * (1.0 + b * log(a));
+    double aa = b == 0.0 || b == 1.0 ? 0.0 : b * ((b - 1.0) * pow(a, b - 2.0));
+    double p = pow(a, b - 1.0);
+    double ab = a == 0.0 || p == 0.0 ? 0.0 : p * (1.0 + b * log(a));
     double bb = a == 0.0 ? 0.0 : log(a) * log(a) * v;
     return two(aa, ab, bb);
+}
+
+/* atan2(a, b): wa = b / r^2, wb = -a / r^2 (r^2 = a^2 + b^2), and the
+ * second partials -2ab / r^4, (a^2 - b^2) / r^4, 2ab / r^4 are formed from
+ * them, as r^4 would overflow: 2 wa wb and (wb - wa)(wb + wa).  Where a
+ * first partial is above 2^500 (both coordinates below 2^-500; 1 / 1e-310
+ * even overflows, and Inf x 0 was NaN), from the partials at (a, b) 2^600,
+ * then times 2^600 twice: H is homogeneous of degree -2.  NaN at the
+ * origin and at two infinite coordinates, 0 at one (the limit): from the
+ * first partials, NaN and 0 there. */
+static inline ad_aux atan2_2(double a, double b, double wa, double wb)
+{
+    double s = 1.0;
+    if (fabs(wa) > 0x1p500 || fabs(wb) > 0x1p500) {
+        s = 0x1p600;
+        ad__atan2_partials(a * s, b * s, &wa, &wb);
+    }
+    double aa = 2.0 * (wa * wb) * s * s;
+    return two(aa, (wb - wa) * (wb + wa) * s * s, -aa);
+}
+
+/* hypot(a, b) = h: wa = a / h, wb = b / h, and the second partials b^2 / h^3,
+ * -ab / h^3, a^2 / h^3 are (wb^2, -wa wb, wa^2) / h.  Where h is not a
+ * normal number, with h taken at (a, b) s, as the first partials were
+ * (ops.h): s = 2^600 where h is below DBL_MIN, 1/4 where it overflowed; H
+ * is homogeneous of degree -1, so the numerators are multiplied by s.
+ * Convention: 0 at the origin, as fabs''; at an infinite argument the
+ * partials' limits give 0. */
+static inline ad_aux hypot2(double a, double b, double v, double wa, double wb)
+{
+    double s = 1.0, h = v;
+    if (v == 0.0)
+        return two(0.0, 0.0, 0.0);
+    if (v < DBL_MIN)
+        s = 0x1p600;
+    else if (v > DBL_MAX && isfinite(a) && isfinite(b))
+        s = 0.25;
+    if (s != 1.0)
+        h = hypot(a * s, b * s);
+    return two(wb * wb * s / h, -wa * wb * s / h, wa * wa * s / h);
 }
 
 static inline ad_aux binary(int op, double a, double b, double v, double wa, double wb)
@@ -50,16 +95,14 @@ static inline ad_aux binary(int op, double a, double b, double v, double wa, dou
     switch (op) {
     case AD__OP_MUL:
         return two(0.0, 1.0, 0.0);
-    case AD__OP_DIV:  /* wa = 1/b, wb = -a/b^2 */
-        return two(0.0, -wa * wa, -2.0 * wb * wa);
+    case AD__OP_DIV:  /* wa = 1/b, wb = -a/b^2; 2a/b^3 as -2 (wb / b): no Inf x 0 at a = 0 */
+        return two(0.0, -wa * wa, -2.0 * (wb / b));
     case AD__OP_POW:
         return pow2(a, b, v);
-    case AD__OP_ATAN2:  /* wa = b/h^2, wb = -a/h^2: from them, as h^4 would overflow */
-        return two(2.0 * wa * wb, wb * wb - wa * wa, -2.0 * wa * wb);
-    case AD__OP_HYPOT:  /* wa = a/h, wb = b/h; convention: 0 at the origin, as fabs'' */
-        if (!(v > 0.0))
-            return two(0.0, 0.0, 0.0);
-        return two(wb * wb / v, -wa * wb / v, wa * wa / v);
+    case AD__OP_ATAN2:
+        return atan2_2(a, b, wa, wb);
+    case AD__OP_HYPOT:
+        return hypot2(a, b, v, wa, wb);
     }
     return two(0.0, 0.0, 0.0);
 }
@@ -71,8 +114,9 @@ static inline ad_aux ad_second_partials(int op, double x, double y, double v, do
     case AD__OP_LINEAR: return two(0.0, 0.0, 0.0);
     case AD__OP_POW_RD: return one(pow2(x, y, v).aa);   /* x^y, y constant */
     case AD__OP_POW_DR: return one(pow2(y, x, v).bb);   /* y^x, y constant */
-    case AD__OP_SQRT: return one(-0.5 * wa / x);        /* -1/(4 x^1.5) */
-    case AD__OP_CBRT: return one(-2.0 * wa / (3.0 * x));
+    /* -1/(4 x^1.5), -2/(9 x^(5/3)); convention: -Inf at 0 and -0 */
+    case AD__OP_SQRT: return one(-0.5 * wa / fabs(x));
+    case AD__OP_CBRT: return one(-2.0 * wa / (3.0 * x + 0.0));
     case AD__OP_EXP: return one(v);
     case AD__OP_EXPM1: return one(wa);
     case AD__OP_LOG: return one(-wa * wa);
@@ -84,15 +128,16 @@ static inline ad_aux ad_second_partials(int op, double x, double y, double v, do
     case AD__OP_TAN: return one(2.0 * v * wa);
     case AD__OP_ASIN: return one(x * wa * wa * wa);
     case AD__OP_ACOS: return one(x * wa * wa * wa);
-    case AD__OP_ATAN: return one(-2.0 * x * wa * wa);
+    /* x wa first: 2 x overflows for |x| > 9e307, where wa is 0 */
+    case AD__OP_ATAN: return one(-2.0 * (x * wa) * wa);
     case AD__OP_SINH: return one(v);
     case AD__OP_COSH: return one(v);
     case AD__OP_TANH: return one(-2.0 * v * wa);
     case AD__OP_ASINH: return one(-x * wa * wa * wa);
     case AD__OP_ACOSH: return one(-x * wa * wa * wa);
     case AD__OP_ATANH: return one(2.0 * x * wa * wa);
-    case AD__OP_ERF: return one(-2.0 * x * wa);
-    case AD__OP_ERFC: return one(-2.0 * x * wa);
+    case AD__OP_ERF: return one(-2.0 * (x * wa));
+    case AD__OP_ERFC: return one(-2.0 * (x * wa));
     case AD__OP_LGAMMA: return one(ad_trigamma(x));
     case AD__OP_TGAMMA: {  /* Gamma (psi^2 + psi') */
         double psi = ad_digamma(x);

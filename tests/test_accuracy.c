@@ -222,11 +222,135 @@ static void test_binary(void **state)
     assert_int_equal(bad, 0);
 }
 
+/* ---- points where an intermediate over- or underflows ----
+ *
+ * Each partial at these points is a double apart from its formula's
+ * intermediates (issue 19): 1 / b overflows where -a / b^2 is -2.5e307;
+ * a^(b-1) overflows where b a^(b-1) is 4.9e306; hypot overflows, or is
+ * subnormal and so off by up to 40% (hypot(5e-324, 5e-324) is 5e-324),
+ * where a / h and b / h are ordinary numbers.  The oracle is the analytic
+ * partial in long double, rounded to double: where that is Inf or 0 the
+ * partial must be too (Inf: the partial itself overflows), where it is
+ * subnormal within 2 of its ulps, else within RTOL. */
+static int matches(double got, ld want)
+{
+    double w = (double)want;
+    if (isinf(w) || w == 0.0)
+        return got == w;
+    if (fabs(w) < DBL_MIN)
+        return fabs(got - w) <= 2 * DBL_TRUE_MIN;
+    return close_enough(got, want);
+}
+
+typedef struct extreme_case {
+    const binary_case *op;
+    double a, b;
+} extreme_case;
+
+static ad_real a_over_const(const ad_real *x, size_t n, void *ctx)
+{
+    const extreme_case *c = ctx;
+    (void)n;
+    return c->op->ad(x[0], ad_const(c->b));
+}
+
+static ad_real const_over_b(const ad_real *x, size_t n, void *ctx)
+{
+    const extreme_case *c = ctx;
+    (void)n;
+    return c->op->ad(ad_const(c->a), x[0]);
+}
+
+static void test_extremes(void **state)
+{
+    static const binary_case *const div = &binary_cases[0], *const pw = &binary_cases[1],
+                                    *const hy = &binary_cases[3];
+    static const extreme_case cases[] = {
+        /* d/db a/b, |b| < 5.6e-309: a tiny a over a tiny b (d/da = 1/b overflows) */
+        {div, 1e-310, 2e-309},
+        {div, -3e-311, 5e-309},
+        {div, 4e-312, -1e-309},
+        {div, 5e-324, 5e-324},
+        /* d/da a^b with a^(b-1) past DBL_MAX */
+        {pw, 1e-310, 0.001},
+        {pw, 1e-310, -0.001},
+        {pw, 2e-320, 0.002},
+        {pw, 4.9406564584124654e-324, 0.045},
+        {pw, 1e-300, 0.005},
+        /* hypot past DBL_MAX, and below DBL_MIN */
+        {hy, 1.5e308, 1.5e308},
+        {hy, 1e308, -1.7e308},
+        {hy, -1.7976931348623157e308, 1e300},
+        {hy, 1.7976931348623157e308, -1.7976931348623157e308},
+        {hy, 4.9406564584124654e-324, 4.9406564584124654e-324},
+        {hy, 2e-323, -3e-323},
+        {hy, 1e-310, 3e-310},
+        {hy, -4e-320, 1e-322},
+        {hy, 2.2250738585072009e-308, 1e-310},
+    };
+    (void)state;
+    if (LDBL_MANT_DIG < 64)
+        skip();
+    int bad = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const extreme_case *c = &cases[i];
+        double ab[2] = {c->a, c->b}, g[2], g1;
+        ld da, db;
+        c->op->d(c->a, c->b, &da, &db);
+        gradient_ok(binary_objective, (void *)c->op, 2, ab, g);
+        if (!matches(g[0], da) || !matches(g[1], db)) {
+            bad++;
+            print_error("%s at (%.17g, %.17g): gradient (%.17g, %.17g), expected (%.17Lg, %.17Lg)\n",
+                        c->op->name, c->a, c->b, g[0], g[1], da, db);
+        }
+        /* the same with the other argument a constant */
+        gradient_ok(a_over_const, (void *)c, 1, &ab[0], &g1);
+        if (!matches(g1, da)) {
+            bad++;
+            print_error("%s(x, %.17g) at %.17g: %.17g, expected %.17Lg\n", c->op->name, c->b, c->a,
+                        g1, da);
+        }
+        gradient_ok(const_over_b, (void *)c, 1, &ab[1], &g1);
+        if (!matches(g1, db)) {
+            bad++;
+            print_error("%s(%.17g, x) at %.17g: %.17g, expected %.17Lg\n", c->op->name, c->a, c->b,
+                        g1, db);
+        }
+    }
+    assert_int_equal(bad, 0);
+}
+
+/* hypot(x, x) = sqrt(2) |x|: the derivative sqrt(2), also where hypot(x, x)
+ * is subnormal and rounds to x (it was 2 there). */
+static ad_real hypot_self(const ad_real *x, size_t n, void *ctx)
+{
+    (void)n, (void)ctx;
+    return ad_hypot(x[0], x[0]);
+}
+
+static void test_hypot_self(void **state)
+{
+    static const double xs[] = {4.9406564584124654e-324, 1e-322, 3e-310, 2.2250738585072014e-308,
+                                1.0, 1e308, 1.7976931348623157e308, -4.9406564584124654e-324};
+    (void)state;
+    if (LDBL_MANT_DIG < 64)
+        skip();
+    for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++) {
+        double g, v = gradient_ok(hypot_self, NULL, 1, &xs[i], &g);
+        assert_same(v, hypot(xs[i], xs[i]));
+        ld want = xs[i] > 0 ? sqrtl(2.0L) : -sqrtl(2.0L);
+        if (!close_enough(g, want)) {
+            print_error("d/dx hypot(x, x) at %.17g = %.17g, expected %.17Lg\n", xs[i], g, want);
+            fail();
+        }
+    }
+}
+
 #define CASES(arr) (sizeof arr / sizeof arr[0])
 
 int main(void)
 {
-    struct CMUnitTest tests[CASES(unary_cases) + CASES(binary_cases)];
+    struct CMUnitTest tests[CASES(unary_cases) + CASES(binary_cases) + 2];
     size_t k = 0;
     for (size_t i = 0; i < CASES(unary_cases); i++, k++)
         tests[k] = (struct CMUnitTest){.name = unary_cases[i].name, .test_func = test_unary,
@@ -234,5 +358,7 @@ int main(void)
     for (size_t i = 0; i < CASES(binary_cases); i++, k++)
         tests[k] = (struct CMUnitTest){.name = binary_cases[i].name, .test_func = test_binary,
                                        .initial_state = (void *)&binary_cases[i]};
+    tests[k++] = (struct CMUnitTest){.name = "extremes", .test_func = test_extremes};
+    tests[k++] = (struct CMUnitTest){.name = "hypot(x, x)", .test_func = test_hypot_self};
     return cmocka_run_group_tests_name("accuracy", tests, NULL, NULL);
 }

@@ -57,6 +57,10 @@ typedef struct named_unary {
 #define NAMED_UNARY(op, ...) {#op, u_##op},
 static const named_unary all_unary[] = {UNARY_OPS(NAMED_UNARY)};
 
+/* The libm function of each, in the same order. */
+#define UNARY_REF(op, ref, ...) ref,
+static double (*const unary_ref[])(double) = {UNARY_OPS(UNARY_REF)};
+
 /* Every unary operation but neg (whose derivative is -1 everywhere) has a
  * partial that depends on its argument, so a NaN argument gives a NaN
  * gradient. */
@@ -150,6 +154,41 @@ static void test_sqrt_cbrt_at_zero(void **state)
     assert_same(d1(u_cbrt, 0.0, &fx), INFINITY);
     assert_same(fx, 0.0);
     assert_same(d1(u_cbrt, -0.0, &fx), INFINITY);
+}
+
+/* -0 is 0: a convention at 0 holds at -0 (sqrt, log, log2 and log10 gave
+ * -Inf there, from 1 / -0), and every other partial at -0 is the one at
+ * +0; the values stay libm's, -0 and -Inf included. */
+static ad_real pow_x_half(ad_real x) { return ad_pow(x, 0.5); }
+static ad_real pow_x_third(ad_real x) { return ad_pow(x, 1.0 / 3.0); }
+
+static void test_minus_zero(void **state)
+{
+    static const struct {
+        unary_fn f;
+        double value, d;
+    } cases[] = {
+        {u_sqrt, -0.0, INFINITY}, {u_cbrt, -0.0, INFINITY}, {u_log, -INFINITY, INFINITY},
+        {u_log2, -INFINITY, INFINITY}, {u_log10, -INFINITY, INFINITY},
+        {u_log1p, -0.0, 1.0}, {pow_x_half, 0.0, INFINITY}, {pow_x_third, 0.0, INFINITY},
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        double fx, g = d1(cases[i].f, -0.0, &fx);
+        if (same_double(fx, cases[i].value) && same_double(g, cases[i].d))
+            continue;
+        print_error("case %zu at -0: value %g, derivative %g; expected %g, %g\n", i, fx, g,
+                    cases[i].value, cases[i].d);
+        _fail(__FILE__, __LINE__);
+    }
+    for (size_t i = 0; i < sizeof all_unary / sizeof all_unary[0]; i++) {
+        double fp, fm, gp = d1(all_unary[i].f, 0.0, &fp), gm = d1(all_unary[i].f, -0.0, &fm);
+        if (same_double(gm, gp) && same_double(fm, unary_ref[i](-0.0)))
+            continue;
+        print_error("%s: derivative %g at -0, %g at +0 (value %g)\n", all_unary[i].name, gm, gp,
+                    fm);
+        _fail(__FILE__, __LINE__);
+    }
 }
 
 static void test_fabs_at_zero(void **state)
@@ -264,6 +303,44 @@ static void test_hypot_at_origin(void **state)
     assert_same(d2(b_hypot, 0.0, 0.0, &ga, &gb), 0.0);
     assert_same(ga, 0.0);
     assert_same(gb, 0.0);
+    assert_same(d2(b_hypot, -0.0, 0.0, &ga, &gb), 0.0);
+    assert_same(ga, 0.0);
+    assert_same(gb, 0.0);
+}
+
+/* hypot(NaN, 1) is NaN, and so are both partials (they were 0, 0).  At an
+ * infinite argument hypot is +Inf whatever the other one is, a NaN
+ * included: the partials are the limits, +-1 for the infinite argument and
+ * 0 for the other (a NaN one too, as fmin's); two infinite arguments have
+ * no limit: NaN, NaN. */
+static void test_hypot_nan_and_infinity(void **state)
+{
+    static const struct {
+        double a, b, value, ga, gb;
+    } cases[] = {
+        {NAN, 1.0, NAN, NAN, NAN},
+        {1.0, NAN, NAN, NAN, NAN},
+        {NAN, 0.0, NAN, NAN, NAN},
+        {-2.0, NAN, NAN, NAN, NAN},
+        {NAN, NAN, NAN, NAN, NAN},
+        {INFINITY, NAN, INFINITY, 1.0, 0.0},
+        {NAN, -INFINITY, INFINITY, 0.0, -1.0},
+        {-INFINITY, 5.0, INFINITY, -1.0, 0.0},
+        {0.0, INFINITY, INFINITY, 0.0, 1.0},
+        {1e308, -INFINITY, INFINITY, 0.0, -1.0},
+        {INFINITY, -INFINITY, INFINITY, NAN, NAN},
+        {-INFINITY, -INFINITY, INFINITY, NAN, NAN},
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        double ga, gb, v = d2(b_hypot, cases[i].a, cases[i].b, &ga, &gb);
+        if (same_double(v, cases[i].value) && same_double(ga, cases[i].ga) &&
+            same_double(gb, cases[i].gb) && same_double(v, hypot(cases[i].a, cases[i].b)))
+            continue;
+        print_error("hypot(%g, %g) = %g, gradient (%g, %g); expected %g, (%g, %g)\n", cases[i].a,
+                    cases[i].b, v, ga, gb, cases[i].value, cases[i].ga, cases[i].gb);
+        _fail(__FILE__, __LINE__);
+    }
 }
 
 static void test_atan2_at_origin(void **state)
@@ -342,6 +419,7 @@ int main(void)
         cmocka_unit_test(test_nan_reaches_dependent_entries_only),
         cmocka_unit_test(test_zero_cotangent_times_inf_is_nan),
         cmocka_unit_test(test_sqrt_cbrt_at_zero),
+        cmocka_unit_test(test_minus_zero),
         cmocka_unit_test(test_fabs_at_zero),
         cmocka_unit_test(test_fmin_fmax_ties),
         cmocka_unit_test(test_fmin_fmax_ignore_nan),
@@ -349,6 +427,7 @@ int main(void)
         cmocka_unit_test(test_pow_edges),
         cmocka_unit_test(test_pow_integer_exponents),
         cmocka_unit_test(test_hypot_at_origin),
+        cmocka_unit_test(test_hypot_nan_and_infinity),
         cmocka_unit_test(test_atan2_at_origin),
         cmocka_unit_test(test_atan2_at_infinity),
         cmocka_unit_test(test_gamma_poles),

@@ -35,6 +35,7 @@
  * to ~1e-15) with ample slack, while a wrong formula is off by O(1). */
 #define _POSIX_C_SOURCE 200809L
 
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1356,6 +1357,9 @@ static ad_real e_fmax_tie(const ad_real *x) { return ad_fmax(x[0], x[1]); }
 static ad_real e_hypot(const ad_real *x) { return ad_hypot(x[0], x[1]); }
 static ad_real e_sqrt(const ad_real *x) { return ad_sqrt(x[0]); }
 static ad_real e_cbrt(const ad_real *x) { return ad_cbrt(x[0]); }
+static ad_real e_log(const ad_real *x) { return ad_log(x[0]); }
+static ad_real e_log2(const ad_real *x) { return ad_log2(x[0]); }
+static ad_real e_log10(const ad_real *x) { return ad_log10(x[0]); }
 static ad_real e_atan2(const ad_real *x) { return ad_atan2(x[0], x[1]); }
 
 /* docs/conventions.md, second derivatives: fabs, fmin and fmax are
@@ -1443,12 +1447,16 @@ static void test_sqrt_at_zero(void **state)
         assert_same(g[1], 3.0);
         assert_same(H[1 * 2 + 1], 2.0);
     }
+    /* -0 is 0 (docs/conventions.md): the same at -0, where sqrt's and the
+     * logarithms' partials were -Inf; so is log's, whose value is -Inf. */
     static const edge cases[] = {
-        {"sqrt at 0", 1, {0.0, 0}, e_sqrt, {0}},
-        {"cbrt at 0", 1, {0.0, 0}, e_cbrt, {0}},
+        {"sqrt at 0", 1, {0.0, 0}, e_sqrt, {0}},  {"cbrt at 0", 1, {0.0, 0}, e_cbrt, {0}},
+        {"sqrt at -0", 1, {-0.0, 0}, e_sqrt, {0}}, {"cbrt at -0", 1, {-0.0, 0}, e_cbrt, {0}},
+        {"log at 0", 1, {0.0, 0}, e_log, {0}},     {"log at -0", 1, {-0.0, 0}, e_log, {0}},
+        {"log2 at -0", 1, {-0.0, 0}, e_log2, {0}}, {"log10 at -0", 1, {-0.0, 0}, e_log10, {0}},
     };
     (void)state;
-    for (size_t k = 0; k < 2; k++) {
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         double g[1], H[1], hv[1], fx, v = 1.0;
         hessian_ok(cases[k].name, edge_objective, (void *)&cases[k], 1, cases[k].x, g, H);
         assert_same(g[0], INFINITY);
@@ -1456,6 +1464,96 @@ static void test_sqrt_at_zero(void **state)
         assert_int_equal(ad_hvp(edge_objective, (void *)&cases[k], 1, cases[k].x, &v, &fx, g, hv),
                          AD_OK);
         assert_nan(hv[0]);
+    }
+}
+
+/* Second partials whose formulas over- or underflowed where the exact
+ * value is an ordinary number (issue 19): 2 x overflows for |x| > 9e307
+ * where atan's and erf's partials are 0 (Inf x 0 = NaN); so does pow's
+ * b (b - 1) for b > 1.3e154 and b log a for b > 2.4e305 where a power is
+ * 0; atan2's came from its first partials, one of which overflows where
+ * the other coordinate is 0 (a constant's too: its partial is formed all
+ * the same), and so did division's; hypot's divided by h, which
+ * overflowed or was subnormal, and its first partials were 0 past
+ * DBL_MAX, and 0 at a NaN.  Expected: the exact Hessians, in long double
+ * where not 0 or NaN. */
+static ad_real e_atan(const ad_real *x) { return ad_atan(x[0]); }
+static ad_real e_erf(const ad_real *x) { return ad_erf(x[0]); }
+static ad_real e_erfc(const ad_real *x) { return ad_erfc(x[0]); }
+static ad_real e_pow_big(const ad_real *x) { return ad_pow(x[0], 1e300); }
+static ad_real e_atan2_x0(const ad_real *x) { return ad_atan2(x[0], 0.0); }
+static ad_real e_atan2_0x(const ad_real *x) { return ad_atan2(0.0, x[0]); }
+static ad_real e_zero_div(const ad_real *x) { return ad_div(0.0, x[0]); }
+static ad_real e_max_div(const ad_real *x) { return ad_div(DBL_MAX, x[0]); }
+
+static void test_far_out(void **state)
+{
+    static const edge zeros[] = {
+        {"atan at 1e308", 1, {1e308, 0}, e_atan, {0}},
+        {"atan at -1.5e308", 1, {-1.5e308, 0}, e_atan, {0}},
+        {"erf at 1e308", 1, {1e308, 0}, e_erf, {0}},
+        {"erf at -DBL_MAX", 1, {-DBL_MAX, 0}, e_erf, {0}},
+        {"erfc at 1.2e308", 1, {1.2e308, 0}, e_erfc, {0}},
+        {"pow(x, 1e300) at 0.5", 1, {0.5, 0}, e_pow_big, {0}},
+        {"pow(x, y) at (0.5, 1.5e308)", 2, {0.5, 1.5e308}, e_pow_rr, {0}},
+        {"pow(x, y) at (0.1, 1.7e308)", 2, {0.1, 1.7e308}, e_pow_rr, {0}},
+        {"atan2(x, 0) at 1e-310", 1, {1e-310, 0}, e_atan2_x0, {0}},
+        {"atan2(x, 0) at -5e-324", 1, {-5e-324, 0}, e_atan2_x0, {0}},
+        {"atan2(0, x) at -2e-310", 1, {-2e-310, 0}, e_atan2_0x, {0}},
+        {"0 / x at 1e-310", 1, {1e-310, 0}, e_zero_div, {0}},
+        {"hypot(x, y) at (Inf, 5)", 2, {INFINITY, 5.0}, e_hypot, {0}},
+        {"hypot(x, y) at (-3, -Inf)", 2, {-3.0, -INFINITY}, e_hypot, {0}},
+    };
+    (void)state;
+    for (size_t k = 0; k < sizeof zeros / sizeof zeros[0]; k++) {
+        const edge *e = &zeros[k];
+        double g[2], H[4], hv[2], fx;
+        const double v[2] = {0.75, -1.25};
+        hessian_ok(e->name, edge_objective, (void *)e, e->n, e->x, g, H);
+        for (size_t i = 0; i < e->n * e->n; i++)
+            entry_near(e->name, i / e->n, i % e->n, H[i], 0.0, 0.0, 0.0);
+        assert_int_equal(ad_hvp(edge_objective, (void *)e, e->n, e->x, v, &fx, g, hv), AD_OK);
+        for (size_t i = 0; i < e->n; i++)
+            entry_near(e->name, i, 0, hv[i], 0.0, 0.0, 0.0);
+    }
+    if (LDBL_MANT_DIG < 64)
+        return;  /* the oracles below need a long double wider than double */
+    /* DBL_MAX / x at 1.3: 2 a / b^3 = 1.6e308, but -2 wb overflowed */
+    {
+        const edge e = {"DBL_MAX / x at 1.3", 1, {1.3, 0}, e_max_div, {0}};
+        double g[1], H[1], hv[1], fx, one = 1.0;
+        long double b = 1.3;
+        hessian_ok(e.name, edge_objective, (void *)&e, 1, e.x, g, H);
+        entry_near(e.name, 0, 0, H[0], (double)(2.0L * DBL_MAX / (b * b * b)), 1e-14, 0.0);
+        assert_int_equal(ad_hvp(edge_objective, (void *)&e, 1, e.x, &one, &fx, g, hv), AD_OK);
+        assert_same(hv[0], H[0]);
+    }
+    /* hypot past DBL_MAX: b^2 / h^3 ... are subnormal, not 0; and the
+     * gradient a / h, b / h */
+    static const double far[][2] = {{1.5e308, 1.5e308}, {1e308, -1.7e308}, {-DBL_MAX, 1e307}};
+    for (size_t k = 0; k < sizeof far / sizeof far[0]; k++) {
+        const edge e = {"hypot past DBL_MAX", 2, {far[k][0], far[k][1]}, e_hypot, {0}};
+        double g[2], H[4];
+        long double a = far[k][0], b = far[k][1], h = sqrtl(a * a + b * b), h3 = h * h * h;
+        double want[4] = {(double)(b * b / h3), (double)(-a * b / h3), (double)(-a * b / h3),
+                          (double)(a * a / h3)};
+        hessian_ok(e.name, edge_objective, (void *)&e, 2, e.x, g, H);
+        assert_near(g[0], (double)(a / h), 1e-15, 0.0);
+        assert_near(g[1], (double)(b / h), 1e-15, 0.0);
+        for (int i = 0; i < 4; i++)
+            entry_near(e.name, (size_t)i / 2, (size_t)i % 2, H[i], want[i], 1e-13,
+                       2 * DBL_TRUE_MIN);
+    }
+    /* hypot at a NaN: NaN throughout, as the value */
+    {
+        const edge e = {"hypot(x, y) at (NaN, 1)", 2, {NAN, 1.0}, e_hypot, {0}};
+        double g[2], H[4], fx;
+        assert_int_equal(ad_hessian(edge_objective, (void *)&e, 2, e.x, &fx, g, H), AD_OK);
+        assert_nan(fx);
+        assert_nan(g[0]);
+        assert_nan(g[1]);
+        for (int i = 0; i < 4; i++)
+            assert_nan(H[i]);
     }
 }
 
@@ -2170,6 +2268,7 @@ int main(void)
         cmocka_unit_test(test_pow_one_at_zero),
         cmocka_unit_test(test_conventions),
         cmocka_unit_test(test_sqrt_at_zero),
+        cmocka_unit_test(test_far_out),
         cmocka_unit_test(test_nan_propagation),
         cmocka_unit_test(test_null_arguments),
         cmocka_unit_test(test_external_not_supported),

@@ -19,6 +19,7 @@
  *     structure (exactly the active arguments). */
 #define _POSIX_C_SOURCE 200809L
 
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -730,6 +731,88 @@ static void test_prod_zeros_and_extremes(void **state)
     }
 }
 
+/* Prefix or suffix products past the range of double where the partials,
+ * the products of the others, are not (issue 19): prod(1e200, 1e-110 x 4)
+ * gave 0 for 1e-130 (its suffix 1e-330 underflowed), 1e200 1e200 = Inf
+ * before a zero factor gave NaN for 0 and Inf for 1e100.  The oracle: the
+ * products of the others in long double, whose range holds them, rounded
+ * to double (Inf or 0 where that over- or underflows).  The value stays
+ * ad_prod_d's, left to right, bitwise (NaN for 1e200 1e200 0 ...). */
+static ad_real prod_after_constant(const ad_real *x, size_t n, void *ctx)
+{
+    ad_real e[8];
+    e[0] = ad_const(*(const double *)ctx);
+    for (size_t i = 0; i < n; i++)
+        e[i + 1] = x[i];
+    return ad_prod(n + 1, e);
+}
+
+static void check_prod_partials(size_t n, const double *x, const double *g, const char *what)
+{
+    for (size_t i = 0; i < n; i++) {
+        long double p = 1.0L;
+        for (size_t k = 0; k < n; k++)
+            if (k != i)
+                p *= x[k];
+        double want = (double)p;
+        /* a zero partial is summed into the gradient's +0: either sign */
+        int ok = want == 0.0 ? g[i] == 0.0 : isinf(want) ? g[i] == want
+                                                        : fabs(g[i] - want) <= 1e-15 * fabs(want);
+        if (!ok) {
+            print_error("%s: grad[%zu] = %.17g, expected %.17g\n", what, i, g[i], want);
+            fail();
+        }
+    }
+}
+
+static void test_prod_scaled(void **state)
+{
+    static const struct {
+        size_t n;
+        double x[6];
+    } cases[] = {
+        {5, {1e200, 1e-110, 1e-110, 1e-110, 1e-110}},
+        {4, {1e200, 1e200, 0, 1e-300}},
+        {4, {1e200, 0, 1e200, 1e-300}},
+        {4, {1e-300, 1e-300, 1e300, 1e300}},
+        {4, {1e-200, 1e-200, INFINITY, 3}},
+        {5, {DBL_MAX, DBL_MAX, 1e-300, 1e-300, 4}},
+        {5, {0, 1e300, 1e300, 1e-300, -2}},
+        {6, {1e-170, -1e-170, 1e-170, 1e170, -1e170, 1e170}},
+        {3, {5e-324, 5e-324, 1e308}},
+    };
+    (void)state;
+    if (LDBL_MAX_EXP <= DBL_MAX_EXP)
+        skip();  /* the oracle needs the wider range */
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char what[32];
+        double g[6];
+        snprintf(what, sizeof what, "case %zu", k);
+        double v = gradient_ok(prod_objective, NULL, cases[k].n, cases[k].x, g);
+        assert_same(v, ad_prod(cases[k].n, cases[k].x));
+        check_prod_partials(cases[k].n, cases[k].x, g, what);
+    }
+    {  /* the first case with 1e200 a constant */
+        double c = 1e200, x[4] = {1e-110, 1e-110, 1e-110, 1e-110}, g[4];
+        assert_same(gradient_ok(prod_after_constant, &c, 4, x, g), ad_prod(5, cases[0].x));
+        for (int i = 0; i < 4; i++)
+            assert_near(g[i], 1e-130, 1e-15, 0.0);
+    }
+    {  /* 200 factors 2^-1000, then 200 of 2^1000: every partial is 2^1000 or
+        * 2^-1000 exactly, while the prefixes fall to 0 and the suffixes
+        * rise to Inf */
+        static double x[400], g[400];
+        for (size_t i = 0; i < 400; i++)
+            x[i] = i < 200 ? 0x1p-1000 : 0x1p1000;
+        assert_same(gradient_ok(prod_objective, NULL, 400, x, g), 0.0);
+        for (size_t i = 0; i < 400; i++)
+            if (!same_double(g[i], i < 200 ? 0x1p1000 : 0x1p-1000)) {
+                print_error("grad[%zu] = %.17g\n", i, g[i]);
+                fail();
+            }
+    }
+}
+
 /* A zero at each position of long products: the partial there is the
  * product of the others, every other partial exactly 0; two zeros make
  * every partial 0. */
@@ -1345,6 +1428,7 @@ int main(void)
         cmocka_unit_test(test_shared_source),
         cmocka_unit_test(test_double_forms_match_ad_forms),
         cmocka_unit_test(test_prod_zeros_and_extremes),
+        cmocka_unit_test(test_prod_scaled),
         cmocka_unit_test(test_prod_zero_in_long_products),
         cmocka_unit_test(test_logsumexp_conventions),
         cmocka_unit_test(test_logsumexp_huge_inputs),

@@ -12,10 +12,13 @@
 #ifndef DUALREV_OPS_H
 #define DUALREV_OPS_H
 
+#include <float.h>
 #include <math.h>
 
-#define AD__LN2 0.693147180559945309417232121458176568
-#define AD__LN10 2.30258509299404568401799145468436421
+AD__EXTERN_C_BEGIN
+
+#define AD__LOG2E 1.44269504088896340735992468100189214
+#define AD__LOG10E 0.434294481903251827651128918916605082
 #define AD__2_SQRTPI 1.12837916709551257389615890312154517
 
 /* Operations whose arguments are all constants record nothing.  op and the
@@ -66,25 +69,43 @@ static inline ad_real ad_sub_rr(ad_real a, ad_real b)
 }
 static inline ad_real ad_mul_rr(ad_real a, ad_real b) { return ad__rec2(a.v * b.v, a, b.v, b, a.v, AD__OP_MUL); }
 
+/* d/db = -q (1 / b).  1 / b overflows for |b| < 5.6e-309, where -a / b^2
+ * need not (-2.5e307 for 1e-310 / 2e-309): -q / b there, and only there,
+ * as a third division is slower than the multiply. */
 static inline ad_real ad_div_rr(ad_real a, ad_real b)
 {
-    double q = a.v / b.v, rb = 1.0 / b.v;
-    return ad__rec2(q, a, rb, b, -q * rb, AD__OP_DIV);
+    double q = a.v / b.v, rb = 1.0 / b.v, wb = -q * rb;
+    if (AD__UNLIKELY(isinf(rb)))
+        wb = -q / b.v;
+    return ad__rec2(q, a, rb, b, wb, AD__OP_DIV);
 }
 
 /* convention: d/da = 0 when b == 0 (a^0 is 1 for every a, 0^0 included);
- * d/db = 0 when a == 0 (0^b is constant in b wherever it is finite). */
-static inline double ad__pow_da(double a, double b) { return b == 0.0 ? 0.0 : b * pow(a, b - 1.0); }
+ * d/db = 0 when a == 0 (0^b is constant in b wherever it is finite).
+ * a^(b-1) overflows for tiny a where b a^(b-1), |b| < 1, need not (d/da
+ * a^0.001 at 1e-310 is 4.9e306): there, 0 < a < 1, it is (b v) / a, v =
+ * a^b, which is then a normal number. */
+static inline double ad__pow_da(double a, double b, double v)
+{
+    if (b == 0.0)
+        return 0.0;
+    double d = b * pow(a, b - 1.0);
+    if (AD__UNLIKELY(fabs(d) > DBL_MAX) && a > 0.0 && a < 1.0)
+        d = b * v / a;
+    return d;
+}
 static inline double ad__pow_db(double a, double v) { return a == 0.0 ? 0.0 : log(a) * v; }
 
 static inline ad_real ad_pow_rr(ad_real a, ad_real b)
 {
     double v = pow(a.v, b.v);
-    return ad__rec2(v, a, ad__pow_da(a.v, b.v), b, ad__pow_db(a.v, v), AD__OP_POW);
+    return ad__rec2(v, a, ad__pow_da(a.v, b.v, v), b, ad__pow_db(a.v, v), AD__OP_POW);
 }
 
-static inline ad_real ad_pow_rd(ad_real a, double b) {
-    return ad__rec1(pow(a.v, b), a, ad__pow_da(a.v, b), AD__OP_POW_RD, b);
+static inline ad_real ad_pow_rd(ad_real a, double b)
+{
+    double v = pow(a.v, b);
+    return ad__rec1(v, a, ad__pow_da(a.v, b, v), AD__OP_POW_RD, b);
 }
 
 static inline ad_real ad_pow_dr(double a, ad_real b)
@@ -118,11 +139,44 @@ static inline ad_real ad_atan2_rr(ad_real a, ad_real b)
     return ad__rec2(atan2(a.v, b.v), a, wa, b, wb, AD__OP_ATAN2);
 }
 
-/* convention: both partials are 0 at the origin, as for fabs at 0. */
+/* hypot(a, b) = h: the partials a / h and b / h, where h is a normal
+ * number.  Else, for finite a and b, h has overflowed or lost precision
+ * below DBL_MIN (hypot(5e-324, 5e-324) is 5e-324), and the partials are
+ * taken from a and b scaled by a power of two, exactly; conventions: 0, 0
+ * at the origin, as fabs at 0; at an infinite argument the limits, +-1 for
+ * it and 0 for the other, a NaN included (hypot(Inf, NaN) is Inf); NaN,
+ * NaN at two infinite arguments (no limit).  A NaN h gives NaN partials. */
+static inline void ad__hypot_edge(double a, double b, double h, double *wa, double *wb)
+{
+    double s = 4.149515568880993e180;  /* 2^600 */
+    if (h == 0.0 || h != h) {
+        *wa = *wb = h;
+        return;
+    }
+    if (h > DBL_MAX) {
+        if (isinf(a) || isinf(b)) {
+            *wa = isinf(b) ? (isinf(a) ? NAN : 0.0) : a > 0.0 ? 1.0 : -1.0;
+            *wb = isinf(a) ? (isinf(b) ? NAN : 0.0) : b > 0.0 ? 1.0 : -1.0;
+            return;
+        }
+        s = 0.25;
+    }
+    a *= s;
+    b *= s;
+    h = hypot(a, b);
+    *wa = a / h;
+    *wb = b / h;
+}
+
 static inline ad_real ad_hypot_rr(ad_real a, ad_real b)
 {
-    double h = hypot(a.v, b.v);
-    double wa = h > 0.0 ? a.v / h : 0.0, wb = h > 0.0 ? b.v / h : 0.0;
+    double h = hypot(a.v, b.v), wa, wb;
+    if (AD__LIKELY(h >= DBL_MIN && h <= DBL_MAX)) {
+        wa = a.v / h;
+        wb = b.v / h;
+    } else {
+        ad__hypot_edge(a.v, b.v, h, &wa, &wb);
+    }
     return ad__rec2(h, a, wa, b, wb, AD__OP_HYPOT);
 }
 
@@ -173,11 +227,12 @@ static inline double ad_pow_dd(double a, double b) { return pow(a, b); }
 static inline ad_real ad_neg_r(ad_real x) { return ad__rec1(-x.v, x, -1.0, AD__OP_LINEAR, 0.0); }
 static inline double ad_neg_d(double x) { return -x; }
 
-/* sqrt and cbrt at 0: the one-sided derivative, +Inf (convention). */
+/* sqrt and cbrt at 0: the one-sided derivative, +Inf (convention), at -0
+ * too: sqrt(-0) is -0, hence fabs. */
 static inline ad_real ad_sqrt_r(ad_real x)
 {
     double v = sqrt(x.v);
-    return ad__rec1(v, x, 0.5 / v, AD__OP_SQRT, 0.0);
+    return ad__rec1(v, x, 0.5 / fabs(v), AD__OP_SQRT, 0.0);
 }
 
 static inline ad_real ad_cbrt_r(ad_real x)
@@ -195,10 +250,14 @@ static inline ad_real ad_exp_r(ad_real x)
 /* exp(x), not expm1(x) + 1, which cancels for very negative x. */
 static inline ad_real ad_expm1_r(ad_real x) { return ad__rec1(expm1(x.v), x, exp(x.v), AD__OP_EXPM1, 0.0); }
 
+/* log, log2 and log10 at 0: the one-sided derivative, +Inf (convention),
+ * at -0 too, hence fabs (a negative x has a NaN value, and so a NaN
+ * partial).  log2 and log10 divide the constant 1 / ln 2 (1 / ln 10):
+ * x ln 2 would lose bits below DBL_MIN. */
 static inline ad_real ad_log_r(ad_real x)
 {
     double v = log(x.v);
-    return ad__rec1(v, x, ad__nan_with(v, 1.0 / x.v), AD__OP_LOG, 0.0);
+    return ad__rec1(v, x, ad__nan_with(v, 1.0 / fabs(x.v)), AD__OP_LOG, 0.0);
 }
 
 static inline ad_real ad_log1p_r(ad_real x)
@@ -210,13 +269,13 @@ static inline ad_real ad_log1p_r(ad_real x)
 static inline ad_real ad_log2_r(ad_real x)
 {
     double v = log2(x.v);
-    return ad__rec1(v, x, ad__nan_with(v, 1.0 / (x.v * AD__LN2)), AD__OP_LOG2, 0.0);
+    return ad__rec1(v, x, ad__nan_with(v, AD__LOG2E / fabs(x.v)), AD__OP_LOG2, 0.0);
 }
 
 static inline ad_real ad_log10_r(ad_real x)
 {
     double v = log10(x.v);
-    return ad__rec1(v, x, ad__nan_with(v, 1.0 / (x.v * AD__LN10)), AD__OP_LOG10, 0.0);
+    return ad__rec1(v, x, ad__nan_with(v, AD__LOG10E / fabs(x.v)), AD__OP_LOG10, 0.0);
 }
 
 static inline ad_real ad_sin_r(ad_real x) { return ad__rec1(sin(x.v), x, cos(x.v), AD__OP_SIN, 0.0); }
@@ -293,5 +352,7 @@ static inline ad_real ad_erfc_r(ad_real x) {
 AD_API ad_real ad_lgamma_r(ad_real x);
 AD_API double ad_lgamma_d(double x);
 AD_API ad_real ad_tgamma_r(ad_real x);
+
+AD__EXTERN_C_END
 
 #endif

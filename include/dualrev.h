@@ -7,15 +7,25 @@
 #ifndef DUALREV_H
 #define DUALREV_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
+/* Fast-math lets the compiler assume no NaN, Inf or signed zero and reorder
+ * sums: the inlined operations then lose the NaN and Inf conventions of
+ * docs/conventions.md (log(-1) gets a finite partial, NaN checks fold to
+ * false), bitwise agreement with the double source, and the overflow
+ * detection of scaled seeds.  Define AD_ALLOW_FAST_MATH to accept that. */
+#if (defined(__FAST_MATH__) || (defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__)) && \
+    !defined(AD_ALLOW_FAST_MATH)
+#error "dualrev: -ffast-math / -ffinite-math-only break dualrev's guarantees: NaN and Inf partials (log(-1), sqrt(0), 0*Inf) become wrong or finite, results stop matching the double source bitwise, and scaled-seed overflow goes undetected. Compile code that includes dualrev.h without them, or define AD_ALLOW_FAST_MATH to accept this."
+#endif
+
+#include "dualrev/version.h"
 #include "dualrev/record.h"
 
-#ifdef __cplusplus
-#error "dualrev.h is a C11 header"
-#endif
+AD__EXTERN_C_BEGIN
 
 /* A differentiable scalar.  Pass and return it by value; read it with
  * ad_value().  Treat the fields as read-only.  An ad_real made while an
@@ -89,8 +99,9 @@ AD_API ad_status ad_hessian(ad_objective f, void *ctx, size_t n, const double *x
  * An output f does not write is NaN.  n or m may be 0: the results are then
  * empty (J v and w^T J of an empty map are zero vectors), and the pointers
  * for empty arrays may be NULL.  On error every output array is set to NaN
- * (a CSR to empty) and AD_EINVAL, AD_ENOMEM, AD_ERANGE, AD_ENESTING or
- * AD_EFOREIGN is returned. */
+ * (a CSR to empty) and AD_EINVAL, AD_ENOMEM, AD_ERANGE, AD_ENESTING,
+ * AD_EFOREIGN or (a forward sweep over an external function without a jvp
+ * rule) AD_ENOTSUP is returned. */
 typedef void (*ad_function)(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx);
 
 /* y = f(x) and jv = J v: one recording, one forward sweep (AD_ENOTSUP if
@@ -151,11 +162,13 @@ AD_API void ad_csr_free(ad_csr *J);
  * recordings).  The rule struct is copied.  ctx is kept, not copied: it must
  * stay valid until the recording is last swept -- until ad_gradient, ad_vjp,
  * ad_jacobian, ... return, and for ad_linearize until ad_linear_free.
- * Outside a recording, or when every x is constant, only `primal` runs and
- * y is constant.  Returns AD_OK, AD_EINVAL (NULL rule, primal or vjp, or
- * NULL non-empty arrays; also outside a recording), AD_ENOMEM or AD_ERANGE
- * (the tape's limit); an error is also kept by the recording, whose caller
- * then reports it, and y is NaN.  On the tape: m + 1 slots, and 80 + 12 n +
+ * Outside a recording, or when every x is constant or m is 0, only
+ * `primal` runs, on copies of x's values; y is constant and the call
+ * returns AD_OK.  Returns AD_OK, AD_EINVAL (NULL rule, primal or vjp, or
+ * NULL non-empty arrays, recording or not), AD_ENOMEM (outside a recording
+ * too: the copies) or AD_ERANGE (the tape's limit, or n or m of 2^32 - 256
+ * or more); an error is also kept by the recording, if there is one, whose
+ * caller then reports it, and y is NaN.  On the tape: m + 1 slots, and 80 + 12 n +
  * 8 m bytes of block data (docs/tape.md). */
 typedef struct ad_rule {
     void (*primal)(void *ctx, size_t n, const double *x, size_t m, double *y);
@@ -200,9 +213,19 @@ AD_API ad_status ad_tape_dump(FILE *out, size_t max_records);
  * Memory is otherwise kept until the thread exits. */
 AD_API ad_status ad_release(void);
 
+/* The version of the library linked, "MAJOR.MINOR.PATCH"; compare with
+ * DUALREV_VERSION_STRING, the headers' version. */
+AD_API const char *ad_version(void);
+
+AD__EXTERN_C_END
+
 #include "dualrev/ops.h"
 #include "dualrev/nary.h"
 #include "dualrev/matrix.h"
+/* The generic names are C11 _Generic macros; C++ has overloads instead
+ * (dualrev.hpp), and calls the suffixed functions through dualrev.h alone. */
+#ifndef __cplusplus
 #include "dualrev/generic.h"
+#endif
 
 #endif

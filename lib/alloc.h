@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-#define AD_HIDDEN __attribute__((visibility("hidden")))
+#include "compiler.h"
 
 AD_HIDDEN void *ad_alloc(size_t bytes);
 AD_HIDDEN void ad_free(void *p);

@@ -16,6 +16,8 @@
 #ifndef DUALREV_MATRIX_H
 #define DUALREV_MATRIX_H
 
+AD__EXTERN_C_BEGIN
+
 typedef struct ad_mat {
     size_t rows, cols;
     const double *a;     /* a wrapped double matrix, row-major */
@@ -68,14 +70,14 @@ static inline void ad__mat_row_range(int shape, size_t j, size_t n, size_t *lo, 
  * with n columns.  Rows go eight at a time, so that their sums run side by
  * side instead of as one chain of dependent adds; each row still adds its
  * terms in column order, so every y is bitwise the one-row-at-a-time sum. */
-#define AD__MAT_GROUP 8
+#define AD__MAT_GROUP ((size_t)8)
 static inline void ad__mat_rows_from(size_t j0, size_t m, size_t n, int shape, const double *A,
                                      const double *x, double *y)
 {
     size_t j = j0;
     for (; j + AD__MAT_GROUP <= m; j += AD__MAT_GROUP) {
         size_t lo[AD__MAT_GROUP], hi[AD__MAT_GROUP], clo = 0, chi = n;
-        for (int r = 0; r < AD__MAT_GROUP; r++) {
+        for (size_t r = 0; r < AD__MAT_GROUP; r++) {
             ad__mat_row_range(shape, j + r, n, &lo[r], &hi[r]);
             clo = lo[r] > clo ? lo[r] : clo;
             chi = hi[r] < chi ? hi[r] : chi;
@@ -83,7 +85,7 @@ static inline void ad__mat_rows_from(size_t j0, size_t m, size_t n, int shape, c
         if (clo > chi)
             break;  /* no common stretch: one row at a time below */
         double s[AD__MAT_GROUP];
-        for (int r = 0; r < AD__MAT_GROUP; r++) {
+        for (size_t r = 0; r < AD__MAT_GROUP; r++) {
             s[r] = 0.0;
             for (size_t l = lo[r]; l < clo; l++)
                 s[r] += A[(j + r) * n + l] * x[l];
@@ -91,10 +93,10 @@ static inline void ad__mat_rows_from(size_t j0, size_t m, size_t n, int shape, c
         const double *a = A + j * n;
         for (size_t l = clo; l < chi; l++) {
             double xl = x[l];
-            for (int r = 0; r < AD__MAT_GROUP; r++)
+            for (size_t r = 0; r < AD__MAT_GROUP; r++)
                 s[r] += a[r * n + l] * xl;
         }
-        for (int r = 0; r < AD__MAT_GROUP; r++) {
+        for (size_t r = 0; r < AD__MAT_GROUP; r++) {
             for (size_t l = chi; l < hi[r]; l++)
                 s[r] += A[(j + r) * n + l] * x[l];
             y[j + r - j0] = s[r];
@@ -144,5 +146,7 @@ static inline void ad_mat_sqnorm_d(const ad_mat *M, const double *x, double *s)
     }
     *s = v;
 }
+
+AD__EXTERN_C_END
 
 #endif

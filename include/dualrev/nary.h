@@ -8,6 +8,8 @@
 #ifndef DUALREV_NARY_H
 #define DUALREV_NARY_H
 
+AD__EXTERN_C_BEGIN
+
 static inline ad_real ad_sqnorm_r(size_t n, const ad_real *x);
 
 /* sum_i x[i] y[i].  A dot product of an array with itself is its squared
@@ -166,5 +168,7 @@ static inline void ad_axpy_d(size_t n, double a, const double *x, double *y)
     for (size_t i = 0; i < n; i++)
         y[i] += a * x[i];
 }
+
+AD__EXTERN_C_END
 
 #endif

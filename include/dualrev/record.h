@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #if defined(__GNUC__) || defined(__clang__)
+#define AD__GNU 1
 #define AD__LIKELY(x) __builtin_expect(!!(x), 1)
 #define AD__UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define AD_API __attribute__((visibility("default")))
@@ -17,6 +18,26 @@
 #define AD__UNLIKELY(x) (x)
 #define AD_API
 #endif
+
+/* C++ includes the C API with C linkage.  Its thread-local cursor is
+ * declared __thread there where it can be: C++'s thread_local on an extern
+ * variable goes through a wrapper call in case it has a dynamic initialiser,
+ * which ours never has. */
+#ifdef __cplusplus
+#define AD__EXTERN_C_BEGIN extern "C" {
+#define AD__EXTERN_C_END }
+#ifdef AD__GNU
+#define AD__THREAD_LOCAL __thread
+#else
+#define AD__THREAD_LOCAL thread_local
+#endif
+#else
+#define AD__EXTERN_C_BEGIN
+#define AD__EXTERN_C_END
+#define AD__THREAD_LOCAL _Thread_local
+#endif
+
+AD__EXTERN_C_BEGIN
 
 /* One record: the defunctionalised Contrib of the dual-numbers paper (9.2),
  * fixed at two arguments.  A unary operation sets b = 0: ID 0 is the constant,
@@ -56,7 +77,7 @@ typedef struct ad__cursor {
 
 /* The calling thread's active tape (never NULL: an idle cursor when no
  * recording is active). */
-extern AD_API _Thread_local ad__cursor *ad__active;
+extern AD_API AD__THREAD_LOCAL ad__cursor *ad__active;
 
 /* What a record's operation was, for second-order recordings (ad_hvp):
  * the slow path computes the second partials from it and from the
@@ -95,7 +116,7 @@ AD_API uint32_t ad__push_slow(ad__cursor *c, uint32_t a, double wa, uint32_t b, 
 
 static inline void ad__ahead(const ad__record *r)
 {
-#if defined(__GNUC__) || defined(__clang__)
+#ifdef AD__GNU
     __builtin_prefetch((const void *)((uintptr_t)r + AD__AHEAD_BYTES), 1);
 #else
     (void)r;
@@ -194,5 +215,7 @@ static inline uint32_t ad__slots_end(ad__slots s, int kind)
         return (uint32_t)(c->next - 1);
     return ad__push((uint32_t)s.count, (double)kind, AD__NARY, 0.0);
 }
+
+AD__EXTERN_C_END
 
 #endif

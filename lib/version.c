@@ -1,0 +1,7 @@
+/* dualrev: the version of the library that was linked. */
+#include "dualrev.h"
+
+const char *ad_version(void)
+{
+    return DUALREV_VERSION_STRING;
+}

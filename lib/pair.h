@@ -12,8 +12,9 @@
 #define AD_PAIRS 1
 /* At a 16-byte aligned address (the cotangent array is 64-byte aligned). */
 typedef double ad_pair __attribute__((vector_size(16)));
-/* At any double's address, and may stand for doubles stored one at a time. */
-typedef double ad_pair_u __attribute__((vector_size(16), aligned(8), may_alias));
+/* At any double's address, and may stand for doubles stored one at a time.
+ * A double's alignment: 8 on x86-64, 4 in i386 structs and blocks. */
+typedef double ad_pair_u __attribute__((vector_size(16), aligned(_Alignof(double)), may_alias));
 /* Lane selectors: all ones where a lane is kept. */
 typedef long long ad_pair_mask __attribute__((vector_size(16)));
 #endif

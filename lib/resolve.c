@@ -22,7 +22,7 @@ AD_INLINE void axpy(double *p, const double *z, double w, const size_t L)
     if (L % 2 == 0) {
         for (size_t l = 0; l < L; l += 2) {
             ad_pair zp = {z[l], z[l + 1]};
-            *(ad_pair *)(p + l) += zp * w;
+            *(ad_pair *)(p + l) += zp * (ad_pair){w, w};
         }
         return;
     }

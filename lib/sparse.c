@@ -335,7 +335,7 @@ AD_INLINE void lanes_add(double *v, const double *z, double w, unsigned M, const
 #ifdef AD_PAIRS
     if (L == 2) {
         static const ad_pair_mask keep[4] = {{0, 0}, {-1, 0}, {0, -1}, {-1, -1}};
-        ad_pair_u old = *(ad_pair_u *)v, sum = old + *(const ad_pair_u *)z * w;
+        ad_pair_u old = *(ad_pair_u *)v, sum = old + *(const ad_pair_u *)z * (ad_pair_u){w, w};
         if (AD__LIKELY(M == 3))
             *(ad_pair_u *)v = sum;
         else

@@ -91,16 +91,21 @@ static size_t pad16(size_t bytes)
     return (bytes + 15) / 16 * 16;
 }
 
+/* The headers of lib/matrix.c's blocks hold 5 and 6 pointer-sized fields:
+ * 64 and 88 bytes on LP64 (docs/tape.md), 44 and 64 on ILP32 (i386). */
+#define MATRIX_HEADER (24 + 5 * sizeof(size_t))
+#define PRODUCT_HEADER (40 + 6 * sizeof(size_t))
+
 /* docs/tape.md, "Recorded matrices": block bytes of a recorded m x n
  * matrix and of one product with it. */
 static size_t matrix_block_bytes(size_t m, size_t n)
 {
-    return pad16(64 + 20 * m * n);
+    return pad16(MATRIX_HEADER + 20 * m * n);
 }
 
 static size_t product_block_bytes(size_t m, size_t n, int x_active)
 {
-    return pad16(88 + 8 * (n + m) + (x_active ? 4 * n : 0));
+    return pad16(PRODUCT_HEADER + 8 * (n + m) + (x_active ? 4 * n : 0));
 }
 
 /* got[k] against want[k], to rtol relative of the largest |want|. */

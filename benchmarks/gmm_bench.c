@@ -7,6 +7,10 @@
  *   - the gradient of each with dualrev (gmm_gradient),
  *   - the gradient with ADOL-C, taping and gradient() on every call, from
  *     the scalar source (peer_adolc_gmm.cpp), when the build found ADOL-C,
+ *   - the scalar gradient through the C++ interface, dualrev.hpp
+ *     (gmm_hpp.cpp: the same source with ad::real and its operators), when
+ *     the build had a C++ compiler (GMM_HAVE_HPP), side by side with the C
+ *     API's; its tape must be the C API's, and its gradient the same bits,
  * and prints each gradient's time over the plain time, the ratio ADBench
  * reports.  "plain" is ADBench's objective as ADBench writes it, the scalar
  * source in double; the primitive source's double time is shown beside it.
@@ -32,6 +36,13 @@ static const char *const sets[] = {"gmm_1k_d2_K5", "gmm_1k_d10_K25", "gmm_1k_d64
 enum { NSETS = sizeof sets / sizeof *sets, NVERSIONS = 2 };
 static const char *const version_name[NVERSIONS] = {"scalar", "primitives"};
 
+#ifdef GMM_HAVE_HPP
+/* gmm_hpp.cpp: gmm_gradient(GMM_SCALAR, ...) through dualrev.hpp; scratch
+ * and batch_grad are a gmm_work's scratch and grad. */
+ad_status gmm_hpp_gradient(const gmm_problem *p, void *scratch, double *batch_grad, size_t batch,
+                           const double *params, double *fx, double *grad, size_t *records);
+#endif
+
 typedef struct options {
     bench_plan plan;      /* small problems */
     bench_plan big_plan;  /* d64_K100: fewer repetitions of long calls */
@@ -49,6 +60,8 @@ typedef struct run {
     size_t batch[NVERSIONS];    /* points per tape, 0: all */
     size_t records[NVERSIONS];  /* records of one whole gradient, all batches */
     size_t record_bytes;
+    size_t hpp_records, hpp_record_bytes;  /* the C++ scalar gradient's tape */
+    int hpp_same_bits;          /* its value and gradient are the C API's, bit for bit */
     ad_status status;           /* the first failure in a timed body */
 } run;
 
@@ -85,6 +98,22 @@ static void body_gradient(void *ctx, size_t iters)
         bench_clobber(r->grad);
     }
 }
+
+#ifdef GMM_HAVE_HPP
+static void body_hpp(void *ctx, size_t iters)
+{
+    const timed *c = ctx;
+    run *r = c->r;
+    double fx;
+    for (size_t k = 0; k < iters; k++) {
+        ad_status s = gmm_hpp_gradient(&r->p, r->w.scratch, r->w.grad, r->batch[GMM_SCALAR], r->x,
+                                       &fx, r->grad, NULL);
+        if (s != AD_OK && r->status == AD_OK)
+            r->status = s;
+        bench_clobber(r->grad);
+    }
+}
+#endif
 
 /* ---- checking against the reference ---- */
 
@@ -294,6 +323,9 @@ typedef struct result {
     size_t records[NVERSIONS];
     peer_result peer;
     int have_peer;
+    bench_time hpp;           /* the C++ scalar gradient, timed with the C API's */
+    int have_hpp;
+    size_t hpp_records, hpp_record_bytes, record_bytes;
 } result;
 
 /* Each version's gradient against the reference; the number that fail. */
@@ -313,6 +345,48 @@ static int check_versions(run *r)
     }
     return failed;
 }
+
+/* The C++ scalar gradient: against the reference, and against the C API's
+ * (the same bits, as many records of as many bytes); the number of failed
+ * checks. */
+#ifdef GMM_HAVE_HPP
+static int check_hpp(run *r)
+{
+    double fc, fx;
+    size_t records;
+    ad_tape_stats st;
+    double *gc = malloc(r->inputs * sizeof *gc);
+    ad_status s = gc ? gmm_gradient(GMM_SCALAR, &r->p, &r->w, r->batch[GMM_SCALAR], r->x, &fc, gc,
+                                    &records)
+                     : AD_ENOMEM;
+    if (s == AD_OK)
+        s = gmm_hpp_gradient(&r->p, r->w.scratch, r->w.grad, r->batch[GMM_SCALAR], r->x, &fx,
+                             r->grad, &r->hpp_records);
+    if (s == AD_OK)
+        s = ad_tape_stats_get(&st);
+    if (s != AD_OK) {
+        printf("  %-11s FAIL: %s\n", "C++ hpp", ad_strerror(s));
+        free(gc);
+        return 1;
+    }
+    r->hpp_record_bytes = st.record_bytes;
+    accuracy a = compare(&r->ref, fx, r->grad);
+    print_check("C++ hpp", a);
+    r->hpp_same_bits = memcmp(&fx, &fc, sizeof fx) == 0 &&
+                       memcmp(r->grad, gc, r->inputs * sizeof *gc) == 0 && records == r->hpp_records;
+    printf("  %-11s %zu records of %zu B per gradient (C API: %zu of %zu B); value and gradient "
+           "%s\n", "C++ hpp", r->hpp_records, r->hpp_record_bytes, records, r->record_bytes,
+           r->hpp_same_bits ? "bitwise the C API's" : "DIFFER from the C API's: FAIL");
+    free(gc);
+    return !passes(a) || !r->hpp_same_bits;
+}
+#else
+static int check_hpp(run *r)
+{
+    (void)r;
+    return 0;
+}
+#endif
 
 /* ns in a unit that keeps 4 significant digits readable. */
 static void print_row(const char *what, bench_time t, double plain_ns, const char *note)
@@ -358,6 +432,14 @@ static void print_set(const char *name, const result *res)
     print_row("plain double (scalar source)", res->ref[GMM_SCALAR], ref_s, "= plain");
     print_row("dualrev gradient, scalar", res->grad[GMM_SCALAR], ref_s,
               target_of(name, GMM_SCALAR));
+    if (res->have_hpp) {
+        snprintf(own, sizeof own, "%.3f x the C API's", res->hpp.median_ns /
+                 res->grad[GMM_SCALAR].median_ns);
+        print_row("dualrev.hpp gradient, scalar", res->hpp, ref_s, own);
+        printf("  tape bytes per record: C API %zu, dualrev.hpp %zu; records per gradient: %zu, %zu\n",
+               res->record_bytes, res->hpp_record_bytes, res->records[GMM_SCALAR],
+               res->hpp_records);
+    }
     print_row("plain double (scalar source)", res->ref[GMM_PRIMITIVES], ref_p,
               "= plain, timed with the primitives");
     print_row("plain double, primitive source", res->plain[GMM_PRIMITIVES], ref_p, NULL);
@@ -389,19 +471,35 @@ static int measure_set(const options *o, const char *name, const char *dir, resu
         r.batch[v] = pick_batch(&r, (gmm_version)v, o->budget);
     failed += check_versions(&r);
     print_tapes(&r);
+    failed += check_hpp(&r);
     if (!failed) {
         for (int v = 0; v < NVERSIONS; v++) {
             timed c[2] = {{&r, GMM_SCALAR}, {&r, (gmm_version)v}};
-            const bench_body body[3] = {body_plain, body_gradient, body_plain};
+            bench_body body[3] = {body_plain, body_gradient, body_plain};
             void *const ctx[3] = {&c[0], &c[1], &c[1]};
             bench_time t[3];
+            size_t count = v == GMM_SCALAR ? 2 : 3;
+#ifdef GMM_HAVE_HPP
+            /* the C++ scalar gradient, side by side with the C API's */
+            if (v == GMM_SCALAR) {
+                body[2] = body_hpp;
+                count = 3;
+            }
+#endif
             /* the scalar version's own source is the reference */
-            bench_measure_side_by_side(plan, v == GMM_SCALAR ? 2 : 3, body, ctx, t);
+            bench_measure_side_by_side(plan, count, body, ctx, t);
             res->ref[v] = t[0];
             res->grad[v] = t[1];
             res->plain[v] = v == GMM_SCALAR ? t[0] : t[2];
             res->records[v] = r.records[v];
+            if (v == GMM_SCALAR && count == 3) {
+                res->hpp = t[2];
+                res->have_hpp = 1;
+            }
         }
+        res->hpp_records = r.hpp_records;
+        res->hpp_record_bytes = r.hpp_record_bytes;
+        res->record_bytes = r.record_bytes;
         if (r.status != AD_OK) {
             printf("  a timed gradient failed: %s\n", ad_strerror(r.status));
             failed++;
@@ -436,8 +534,8 @@ static void print_summary(const result *res, int n, int peer)
     printf("\nsummary: gradient time / plain time, plain = ADBench's objective in double "
            "(the scalar source),\ntimed side by side with each gradient (the column: with the "
            "scalar one)\n");
-    printf("%-16s %10s %8s %8s %8s %13s %11s %11s\n", "problem", "plain", "scalar", "prims",
-           "ADOL-C", "prims/ADOL-C", "rec scalar", "rec prims");
+    printf("%-16s %10s %8s %8s %8s %13s %11s %11s %8s\n", "problem", "plain", "scalar", "prims",
+           "ADOL-C", "prims/ADOL-C", "rec scalar", "rec prims", "hpp/C");
     for (int i = 0; i < n; i++) {
         char t[24];
         double plain = res[i].ref[GMM_SCALAR].median_ns;
@@ -453,13 +551,22 @@ static void print_summary(const result *res, int n, int peer)
                    res[i].grad[GMM_PRIMITIVES].median_ns / res[i].peer.t.median_ns);
         else
             printf(" %8s %13s", "-", "-");
-        printf(" %11zu %11zu\n", res[i].records[GMM_SCALAR], res[i].records[GMM_PRIMITIVES]);
+        printf(" %11zu %11zu", res[i].records[GMM_SCALAR], res[i].records[GMM_PRIMITIVES]);
+        if (res[i].have_hpp)
+            printf(" %8.3f\n", res[i].hpp.median_ns / res[i].grad[GMM_SCALAR].median_ns);
+        else
+            printf(" %8s\n", "-");
     }
     printf("targets: primitives <= 4 on d10_K25 and d64_K100, scalar <= 10\n"
            "published gradient / objective (ADBench, GMM 1k): Adept 12.6 on d10_K25 "
            "(16.9 on d64_K100), CoDiPack 14.3, ADOL-C 49 on d10_K25\n");
     if (!peer)
         printf("ADOL-C: not built (ADOL-C or a C++ compiler not found)\n");
+#ifdef GMM_HAVE_HPP
+    printf("hpp/C: the scalar gradient through dualrev.hpp over the C API's, timed side by side\n");
+#else
+    printf("hpp/C: not built (no C++ compiler)\n");
+#endif
 }
 
 /* ---- options ---- */

@@ -27,11 +27,24 @@ need() {
 configure() {  # configure DIR [meson options...]
     local dir=$1; shift
     if [ -f "$dir/build.ninja" ]; then
-        meson setup --reconfigure "$dir" "$@" >/dev/null
+        # meson 1.0's `setup --reconfigure` drops the -D options; `configure`
+        # applies them (ninja then regenerates).
+        meson configure "$dir" "$@" >/dev/null
     else
         meson setup "$dir" "$@" >/dev/null
     fi
     ninja -C "$dir"
+}
+
+expect_option() {  # expect_option DIR NAME VALUE: the build really has it
+    local got
+    # python3 is there: meson runs on it.
+    got=$(meson introspect --buildoptions "$1" | python3 -c \
+        'import json, sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == sys.argv[1]))' "$2")
+    if [ "$got" != "$3" ]; then
+        echo "dev.sh: $1 has $2 = '$got', not '$3'" >&2
+        exit 1
+    fi
 }
 
 case "${1:-}" in
@@ -49,6 +62,7 @@ sanitize)
     need $TEST_PKGS
     configure build-san -Dbuildtype=debug -Db_sanitize=address,undefined \
         -Db_lundef=false -Dc_args=-fno-sanitize-recover=all -Dcpp_args=-fno-sanitize-recover=all
+    expect_option build-san b_sanitize address,undefined
     # The consumer tests build their own unsanitized copy: not run here.
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
         meson test -C build-san --print-errorlogs --no-suite consumers

@@ -71,22 +71,17 @@ static inline ad_aux atan2_2(double a, double b, double wa, double wb)
 
 /* hypot(a, b) = h: wa = a / h, wb = b / h, and the second partials b^2 / h^3,
  * -ab / h^3, a^2 / h^3 are (wb^2, -wa wb, wa^2) / h.  Where h is not a
- * normal number, with h taken at (a, b) s, as the first partials were
- * (ops.h): s = 2^600 where h is below DBL_MIN, 1/4 where it overflowed; H
- * is homogeneous of degree -1, so the numerators are multiplied by s.
+ * normal number, with h taken at (a, b) s, s = ad__hypot_scale(h), as the
+ * first partials were (ops.h); H is homogeneous of degree -1, so the
+ * numerators are multiplied by s.
  * Convention: 0 at the origin, as fabs''; at an infinite argument the
  * partials' limits give 0. */
 static inline ad_aux hypot2(double a, double b, double v, double wa, double wb)
 {
-    double s = 1.0, h = v;
     if (v == 0.0)
         return two(0.0, 0.0, 0.0);
-    if (v < DBL_MIN)
-        s = 0x1p600;
-    else if (v > DBL_MAX && isfinite(a) && isfinite(b))
-        s = 0.25;
-    if (s != 1.0)
-        h = hypot(a * s, b * s);
+    double s = isfinite(a) && isfinite(b) ? ad__hypot_scale(v) : 1.0;
+    double h = s == 1.0 ? v : hypot(a * s, b * s);
     return two(wb * wb * s / h, -wa * wb * s / h, wa * wa * s / h);
 }
 

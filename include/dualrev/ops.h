@@ -146,21 +146,26 @@ static inline ad_real ad_atan2_rr(ad_real a, ad_real b)
  * at the origin, as fabs at 0; at an infinite argument the limits, +-1 for
  * it and 0 for the other, a NaN included (hypot(Inf, NaN) is Inf); NaN,
  * NaN at two infinite arguments (no limit).  A NaN h gives NaN partials. */
+/* The power of two that brings finite a and b back into range where h =
+ * hypot(a, b) is not a normal number: 2^600 below DBL_MIN, 1/4 past
+ * DBL_MAX, else 1.  Shared with the second partials (lib/second.h). */
+static inline double ad__hypot_scale(double h)
+{
+    return h < DBL_MIN ? 0x1p600 : h > DBL_MAX ? 0.25 : 1.0;
+}
+
 static inline void ad__hypot_edge(double a, double b, double h, double *wa, double *wb)
 {
-    double s = 4.149515568880993e180;  /* 2^600 */
     if (h == 0.0 || h != h) {
         *wa = *wb = h;
         return;
     }
-    if (h > DBL_MAX) {
-        if (isinf(a) || isinf(b)) {
-            *wa = isinf(b) ? (isinf(a) ? NAN : 0.0) : a > 0.0 ? 1.0 : -1.0;
-            *wb = isinf(a) ? (isinf(b) ? NAN : 0.0) : b > 0.0 ? 1.0 : -1.0;
-            return;
-        }
-        s = 0.25;
+    if (isinf(a) || isinf(b)) {
+        *wa = isinf(b) ? (isinf(a) ? NAN : 0.0) : a > 0.0 ? 1.0 : -1.0;
+        *wb = isinf(a) ? (isinf(b) ? NAN : 0.0) : b > 0.0 ? 1.0 : -1.0;
+        return;
     }
+    double s = ad__hypot_scale(h);
     a *= s;
     b *= s;
     h = hypot(a, b);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dualrev quick start: ./dev.sh example | test | sanitize | warnings | i386 | bench
+# dualrev quick start: ./dev.sh example | test | sanitize | warnings | i386 | tsan | bench
 # Installs the Debian packages a step needs (as root, with apt-get) before it runs.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -94,13 +94,60 @@ i386)
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
         meson test -C build-i386-san --print-errorlogs --no-suite consumers
     ;;
+tsan)
+    # ThreadSanitizer over every test that starts threads, built by clang:
+    # nothing else in CI runs the tests compiled by clang (gcc 12's TSan
+    # runs them as well).  What crashes TSan, gcc's and clang's alike, is
+    # C11 thrd_create, which glibc 2.34+ runs without the pthread_create
+    # TSan intercepts: the tests start their threads with pthreads.
+    need $TEST_PKGS clang
+    # A deliberate race must be reported, or TSan cannot run here: LLVM 14's
+    # runtime crashes at start with vm.mmap_rnd_bits above 28 (the default
+    # of some kernels; checked with 32).  Then try without address
+    # randomisation (setarch -R, which works there), else fail.
+    probe=$(mktemp -d)
+    trap 'rm -rf "$probe"' EXIT
+    printf '%s\n' '#include <pthread.h>' 'static int n;' \
+        'static void *bump(void *p) { (void)p; n++; return p; }' \
+        'int main(void) { pthread_t t; pthread_create(&t, 0, bump, 0); n++; pthread_join(t, 0); return 0; }' \
+        >"$probe/race.c"
+    clang -fsanitize=thread -g "$probe/race.c" -o "$probe/race"
+    reports_race() { { "$@" "$probe/race" 2>&1 || true; } | grep -q "WARNING: ThreadSanitizer: data race"; }
+    run=()
+    if ! reports_race; then
+        run=(setarch "$(uname -m)" -R)
+        if ! reports_race "${run[@]}"; then
+            echo "dev.sh: ThreadSanitizer does not work on this machine, even under setarch -R:" >&2
+            { "${run[@]}" "$probe/race" 2>&1 || true; } | head -5 >&2
+            echo "dev.sh: vm.mmap_rnd_bits is $(cat /proc/sys/vm/mmap_rnd_bits 2>/dev/null) (28 or less works)" >&2
+            exit 1
+        fi
+        echo "dev.sh: TSan works only without address randomisation here: tests run under setarch -R"
+    fi
+    # b_lundef=false: clang links the TSan runtime into executables only, so
+    # the shared library has undefined __tsan_* symbols.
+    CC=clang CXX=clang++ configure build-tsan -Dtests=enabled -Dexamples=disabled -Dbenchmarks=disabled \
+        -Dbuildtype=debugoptimized -Db_sanitize=thread -Db_lundef=false
+    expect_option build-tsan b_sanitize thread
+    # test_NAME.c(pp) is the test NAME; a name meson does not know fails.
+    mapfile -t thread_tests < <(grep -lE 'pthread_create|thrd_create|std::(thread|async|jthread)|"workers\.h"' \
+        tests/test_*.c tests/test_*.cpp | sed -E 's|^tests/test_(.*)\.c(pp)?$|\1|')
+    [ ${#thread_tests[@]} -gt 0 ] || { echo "dev.sh: no thread tests found" >&2; exit 1; }
+    # A directory configured earlier with another compiler keeps it.
+    if ! readelf -p .comment build-tsan/tests/test_threads | grep clang >/dev/null; then
+        echo "dev.sh: build-tsan was not built by clang: remove it and run again" >&2
+        exit 1
+    fi
+    TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+        "${run[@]}" meson test -C build-tsan --print-errorlogs --timeout-multiplier 3 "${thread_tests[@]}"
+    ;;
 bench)
     need $BASE_PKGS g++ libadolc-dev gnuplot-nox
     configure build
     BUILD_DIR=build ./benchmarks/run.sh
     ;;
 *)
-    echo "usage: $0 example|test|sanitize|warnings|i386|bench" >&2
+    echo "usage: $0 example|test|sanitize|warnings|i386|tsan|bench" >&2
     exit 2
     ;;
 esac

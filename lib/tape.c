@@ -12,7 +12,10 @@ _Thread_local ad__cursor *ad__active = &idle_cursor;
 static _Thread_local ad_thread self;
 static atomic_uint_fast64_t serials;
 static tss_t exit_key;
-static int exit_key_ok;
+/* Atomic although call_once already orders it: ThreadSanitizer does not see
+ * glibc's call_once (an internal __pthread_once call that it does not
+ * intercept) and would report the first calls on two threads as a race. */
+static atomic_int exit_key_ok;
 static once_flag exit_key_once = ONCE_FLAG_INIT;
 
 /* The first AD_SLAB chunks are allocated one by one; later ones come
@@ -99,7 +102,8 @@ static void free_thread(void *p)
 
 static void make_exit_key(void)
 {
-    exit_key_ok = tss_create(&exit_key, free_thread) == thrd_success;
+    atomic_store_explicit(&exit_key_ok, tss_create(&exit_key, free_thread) == thrd_success,
+                          memory_order_release);
 }
 
 ad_thread *ad_thread_self(void)
@@ -113,7 +117,8 @@ ad_status ad_thread_arm(ad_thread *th)
     if (th->registered)
         return AD_OK;
     call_once(&exit_key_once, make_exit_key);
-    if (!exit_key_ok || tss_set(exit_key, th) != thrd_success)
+    if (!atomic_load_explicit(&exit_key_ok, memory_order_acquire) ||
+        tss_set(exit_key, th) != thrd_success)
         return AD_ENOMEM;
     th->registered = 1;
     return AD_OK;

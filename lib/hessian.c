@@ -175,10 +175,37 @@ static uint32_t nary(const ad_tape *t, const ad__record *r, uint32_t id, const d
     return count;
 }
 
+/* An exact sweep's marks (tape.h, ad_retry): the arguments of a record
+ * it applies are reached. */
+AD_INLINE void reach2(ad_tape *t, const ad__record *r)
+{
+    ad_reach_mark(t, r->a);
+    ad_reach_mark(t, r->b);
+}
+
+/* Whether one of the outputs of the block whose header is hid is reached;
+ * if so its arguments are, all of them (its rule adds to each). */
+static int block_reached(ad_tape *t, const ad__record *r, uint32_t hid)
+{
+    int on = 0;
+    for (uint32_t j = 1; j <= r->a; j++)
+        on |= ad_reached(t->bits, hid + j);
+    if (on) {
+        const ad_block *b = ad_block_of(t, r);
+        const uint32_t *ids = ad_block_ids(b);
+        for (uint32_t k = 0; k < b->nargs; k++)
+            ad_reach_mark(t, ids[k]);
+        for (uint32_t k = 0; k < b->run_len; k++)
+            ad_reach_mark(t, b->run + k);
+    }
+    return on;
+}
+
 /* Walks the records downwards chunk by chunk, the aux chunk beside; an
- * n-ary record's run is handled with its header and skipped. */
-AD_INLINE void sweep(const ad_tape *t, const double *tan, double *adj, double *adjd, uint32_t top,
-                     const size_t L)
+ * n-ary record's run is handled with its header and skipped.  An exact
+ * sweep applies only the records its seed reaches, marking as it goes. */
+AD_INLINE void sweep(ad_tape *t, const double *tan, double *adj, double *adjd, uint32_t top,
+                     const size_t L, const int exact)
 {
     uint32_t id = top;
     while (id >= t->first) {
@@ -188,15 +215,26 @@ AD_INLINE void sweep(const ad_tape *t, const double *tan, double *adj, double *a
         for (;; i--, id--) {
             const ad__record *r = rc + i;
             double z = adj[id], zd[AD_LANES];
+            int on = !exact || ad_reached(t->bits, id);
             for (size_t l = 0; l < L; l++)
                 zd[l] = adjd[(size_t)id * L + l];
             if (AD__LIKELY(r->b < AD__ID_END)) {
-                apply2(r, hc[i], tan, adj, adjd, z, zd, L);
+                if (on) {
+                    if (exact)
+                        reach2(t, r);
+                    apply2(r, hc[i], tan, adj, adjd, z, zd, L);
+                }
             } else if (r->b == AD__NARY) {
-                id -= nary(t, r, id, tan, adj, adjd, z, zd, L) + 1;
+                if (on) {
+                    for (uint32_t s = 1; exact && s <= r->a; s++)
+                        reach2(t, ad_tape_record(t, id - s));
+                    nary(t, r, id, tan, adj, adjd, z, zd, L);
+                }
+                id -= r->a + 1;
                 break;  /* the run may have crossed a chunk: find the place again */
             } else if (r->b == AD__BLOCK) {
-                ad_block_second(t, r, id, tan, adj, adjd, L);
+                if (!exact || block_reached(t, r, id))
+                    ad_block_second(t, r, id, tan, adj, adjd, L);
             }
             if (i == 0) {
                 id--;
@@ -204,15 +242,17 @@ AD_INLINE void sweep(const ad_tape *t, const double *tan, double *adj, double *a
             }
         }
     }
+    if (exact)
+        memset(t->bits, 0, (((size_t)top >> 6) + 1) * sizeof *t->bits);
 }
 
-static void second_sweep(const ad_tape *t, const double *tan, double *adj, double *adjd,
-                         uint32_t top, size_t L)
+static void second_sweep(ad_tape *t, const double *tan, double *adj, double *adjd, uint32_t top,
+                         size_t L, int exact)
 {
-    if (L == 1)
-        sweep(t, tan, adj, adjd, top, 1);
+    if (exact)
+        L == 1 ? sweep(t, tan, adj, adjd, top, 1, 1) : sweep(t, tan, adj, adjd, top, AD_LANES, 1);
     else
-        sweep(t, tan, adj, adjd, top, AD_LANES);
+        L == 1 ? sweep(t, tan, adj, adjd, top, 1, 0) : sweep(t, tan, adj, adjd, top, AD_LANES, 0);
 }
 
 /* The tangents' array, zero at the inputs, for the caller to seed: lane l
@@ -224,17 +264,19 @@ static double *seeds(ad_tape *t, size_t n, size_t L)
 }
 
 /* From the seeded inputs: the tangents, then the second-order sweep,
- * seeded with `scale` (tape.h, "Scaled seeds").  Leaves the gradient in
- * t->adj; returns the cotangents' tangents, whose lane l at the inputs is
- * H v_l; both times scale. */
-static const double *along(ad_tape *t, uint32_t top, size_t L, double scale)
+ * seeded with r's scale, exact or not (tape.h, "Scaled seeds" and
+ * ad_retry).  Leaves the gradient in t->adj; returns the cotangents'
+ * tangents, whose lane l at the inputs is H v_l; both times the scale. */
+static const double *along(ad_tape *t, uint32_t top, size_t L, const ad_retry *r)
 {
     double *tan = t->tan2, *adjd = t->tan2 + ((size_t)top + 1) * L;
     ad_tangent(t, tan, top, L);
     memset(t->adj, 0, ((size_t)top + 1) * sizeof *t->adj);
     memset(adjd, 0, ((size_t)top + 1) * L * sizeof *adjd);
-    t->adj[t->outputs[0].id] += scale;  /* a constant objective seeds the sink */
-    second_sweep(t, tan, t->adj, adjd, top, L);
+    t->adj[t->outputs[0].id] += r->scale;  /* a constant objective seeds the sink */
+    if (r->exact)
+        ad_reach_mark(t, t->outputs[0].id);
+    second_sweep(t, tan, t->adj, adjd, top, L, r->exact);
     return adjd;
 }
 
@@ -268,17 +310,19 @@ ad_status ad_hvp(ad_objective f, void *ctx, size_t n, const double *x, const dou
     s = prepare(t, f, ctx, n, x, 1, &top);
     if (s != AD_OK)
         goto fail;
-    for (double scale = ad_seed_scale(t);; scale = 1.0) {
-        ad_watch watch = ad_watch_begin(scale);
+    ad_retry r = ad_retry_begin(t, 1);
+    double sum;
+    do {
         double *tan = seeds(t, n, 1);
         if (n)
             memcpy(tan + 1, v, n * sizeof *v);
-        const double *adjd = along(t, top, 1, scale);
-        int finite = ad_unscale(grad, 1, t->adj + 1, 1, n, scale);
-        finite &= ad_unscale(hv, 1, adjd + 1, 1, n, scale);
-        if (!ad_watch_again(&watch, finite))
-            break;
-    }
+        const double *adjd = along(t, top, 1, &r);
+        sum = ad_results(&r, grad, 1, t->adj + 1, 1, n);
+        sum += ad_results(&r, hv, 1, adjd + 1, 1, n);
+    } while (ad_retry_next(&r, t, top, sum));
+    s = r.status;
+    if (s != AD_OK)
+        goto fail;
     ad_read_outputs(t, 1, fx);
     return AD_OK;
 fail:
@@ -304,18 +348,20 @@ ad_status ad_hessian(ad_objective f, void *ctx, size_t n, const double *x, doubl
         goto fail;
     for (size_t j0 = 0; j0 < n; j0 += L) {
         size_t B = n - j0 < L ? n - j0 : L;
-        for (double scale = ad_seed_scale(t);; scale = 1.0) {
-            ad_watch watch = ad_watch_begin(scale);
+        ad_retry r = ad_retry_begin(t, 1);
+        double sum;
+        do {
             double *tan = seeds(t, n, L);
             for (size_t b = 0; b < B; b++)
                 tan[(j0 + b + 1) * L + b] = 1.0;
-            const double *adjd = along(t, top, L, scale);
-            int finite = ad_unscale(grad, 1, t->adj + 1, 1, n, scale);
+            const double *adjd = along(t, top, L, &r);
+            sum = ad_results(&r, grad, 1, t->adj + 1, 1, n);
             for (size_t b = 0; b < B; b++)
-                finite &= ad_unscale(hess + j0 + b, n, adjd + L + b, L, n, scale);
-            if (!ad_watch_again(&watch, finite))
-                break;
-        }
+                sum += ad_results(&r, hess + j0 + b, n, adjd + L + b, L, n);
+        } while (ad_retry_next(&r, t, top, sum));
+        s = r.status;
+        if (s != AD_OK)
+            goto fail;
     }
     ad_read_outputs(t, 1, fx);
     return AD_OK;

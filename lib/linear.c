@@ -62,86 +62,112 @@ static size_t lanes_for(size_t count)
 }
 
 /* Columns of J, AD_LANES at a time: one forward sweep per block, seeded
- * scaled (tape.h, "Scaled seeds"). */
-static void jacobian_by_columns(ad_tape *t, size_t n, size_t m, uint32_t hi, double *jac)
+ * scaled; an exact pass takes the block's columns one by one (tape.h,
+ * "Scaled seeds" and ad_retry). */
+static ad_status jacobian_by_columns(ad_tape *t, size_t n, size_t m, uint32_t hi, double *jac)
 {
     double *tan = t->adj;
     for (size_t i0 = 0; i0 < n; i0 += AD_LANES) {
         size_t B = n - i0 < AD_LANES ? n - i0 : AD_LANES, L = lanes_for(B);
-        for (double scale = ad_seed_scale(t);; scale = 1.0) {
-            ad_watch watch = ad_watch_begin(scale);
+        ad_retry r = ad_retry_begin(t, 1);
+        double sum;
+        do {
+            sum = 0.0;
+            if (r.exact) {
+                for (size_t b = 0; b < B; b++) {
+                    memset(tan, 0, (n + 1) * sizeof *tan);
+                    tan[i0 + b + 1] = r.scale;
+                    ad_reach_mark(t, (uint32_t)(i0 + b + 1));
+                    ad_tangent_reached(t, tan, hi);
+                    sum += ad_results_of(&r, jac + i0 + b, n, tan, 1, t->outputs, m);
+                }
+                continue;
+            }
             memset(tan, 0, (n + 1) * L * sizeof *tan);
             for (size_t b = 0; b < B; b++)
-                tan[(i0 + b + 1) * L + b] = scale;
+                tan[(i0 + b + 1) * L + b] = r.scale;
             ad_tangent(t, tan, hi, L);
-            for (size_t j = 0; j < m; j++)
-                for (size_t b = 0; b < B; b++)
-                    jac[j * n + i0 + b] = tan[(size_t)t->outputs[j].id * L + b];
-            int finite = 1;
             for (size_t b = 0; b < B; b++)
-                finite &= ad_unscale(jac + i0 + b, n, jac + i0 + b, n, m, scale);
-            if (!ad_watch_again(&watch, finite))
-                break;
-        }
+                sum += ad_results_of(&r, jac + i0 + b, n, tan + b, L, t->outputs, m);
+        } while (ad_retry_next(&r, t, hi, sum));
+        if (r.status != AD_OK)
+            return r.status;
     }
+    return AD_OK;
 }
 
 /* Rows j0 .. j0 + B of J from the inputs' cotangents, lane b row j0 + b,
- * scaled back; 0 if one is not finite.  Written once for each lane count,
- * so that the loop knows its stride; two rows go by pairs of lanes
- * (ad_unscale's work, one load and one multiplication for both:
- * per-observation Jacobians of tiny functions are all overhead). */
-AD_INLINE int rows_out(const double *adj, size_t n, size_t j0, size_t B, double *jac,
-                       double scale, const size_t L)
+ * scaled back (ad_results); returns their sum.  Written once for each
+ * lane count, so that the loop knows its stride; on a first pass two rows
+ * go by pairs of lanes (ad_unscale's work, one load and one multiplication
+ * for both: per-observation Jacobians of tiny functions are all
+ * overhead). */
+AD_INLINE double rows_out(const double *adj, size_t n, size_t j0, size_t B, double *jac,
+                       const ad_retry *r, const size_t L)
 {
 #ifdef AD_PAIRS
-    if (L == 2 && B == 2) {
-        double u = ad_seed_back(scale), *r0 = jac + j0 * n, *r1 = r0 + n;
-        ad_pair sum = {0.0, 0.0}, us = {u, u};
+    if (L == 2 && B == 2 && !r->pass) {
+        double u = ad_seed_back(r->scale), *r0 = jac + j0 * n, *r1 = r0 + n;
+        ad_pair sum = {0.0, 0.0}, us = {u, u}, zero = {0.0, 0.0};
         for (size_t i = 0; i < n; i++) {
             ad_pair g = *(const ad_pair *)(adj + (i + 1) * 2);
             sum += g;
-            g *= us;
+            g = g * us + zero;  /* ad_result */
             r0[i] = g[0];
             r1[i] = g[1];
         }
-        double total = sum[0] + sum[1];
-        return total - total == 0.0;
+        return sum[0] + sum[1];
     }
 #endif
-    int finite = 1;
+    double total = 0.0;
     for (size_t b = 0; b < B; b++)
-        finite &= ad_unscale(jac + (j0 + b) * n, 1, adj + L + b, L, n, scale);
-    return finite;
+        total += ad_results(r, jac + (j0 + b) * n, 1, adj + L + b, L, n);
+    return total;
 }
 
-static int rows_out_any(const double *adj, size_t n, size_t j0, size_t B, double *jac,
-                        double scale, size_t L)
+static double rows_out_any(const double *adj, size_t n, size_t j0, size_t B, double *jac,
+                        const ad_retry *r, size_t L)
 {
-    return L == 1   ? rows_out(adj, n, j0, B, jac, scale, 1)
-           : L == 2 ? rows_out(adj, n, j0, B, jac, scale, 2)
-                    : rows_out(adj, n, j0, B, jac, scale, AD_LANES);
+    return L == 1   ? rows_out(adj, n, j0, B, jac, r, 1)
+           : L == 2 ? rows_out(adj, n, j0, B, jac, r, 2)
+                    : rows_out(adj, n, j0, B, jac, r, AD_LANES);
 }
 
 /* Rows of J, AD_LANES at a time: one reverse sweep per block, from the
  * block's highest output down (hi, every output's, for a single block),
- * seeded scaled (tape.h, "Scaled seeds"). */
-static void jacobian_by_rows(ad_tape *t, size_t n, size_t m, uint32_t hi, double *jac)
+ * seeded scaled; an exact pass takes the block's rows one by one (tape.h,
+ * "Scaled seeds" and ad_retry). */
+static ad_status jacobian_by_rows(ad_tape *t, size_t n, size_t m, uint32_t hi, double *jac)
 {
     double *adj = t->adj;
     for (size_t j0 = 0; j0 < m; j0 += AD_LANES) {
         size_t B = m - j0 < AD_LANES ? m - j0 : AD_LANES, L = lanes_for(B);
         uint32_t top = B == m ? hi : ad_outputs_top_of(t, j0, B);
-        for (double scale = ad_seed_scale(t);; scale = 1.0) {
-            ad_watch watch = ad_watch_begin(scale);
+        ad_retry r = ad_retry_begin(t, 1);
+        double sum;
+        do {
+            if (r.exact) {
+                sum = 0.0;
+                for (size_t b = 0; b < B; b++) {
+                    uint32_t out = t->outputs[j0 + b].id;
+                    memset(adj, 0, ((size_t)top + 1) * sizeof *adj);
+                    adj[out] = r.scale;
+                    ad_reach_mark(t, out);
+                    ad_resolve_reached(t, adj, top);
+                    sum += ad_results(&r, jac + (j0 + b) * n, 1, adj + 1, 1, n);
+                }
+                continue;
+            }
             memset(adj, 0, ((size_t)top + 1) * L * sizeof *adj);
             for (size_t b = 0; b < B; b++)
-                adj[(size_t)t->outputs[j0 + b].id * L + b] += scale;
+                adj[(size_t)t->outputs[j0 + b].id * L + b] += r.scale;
             ad_resolve(t, adj, top, L);
-            if (!ad_watch_again(&watch, rows_out_any(adj, n, j0, B, jac, scale, L)))
-                break;
-        }
+            sum = rows_out_any(adj, n, j0, B, jac, &r, L);
+        } while (ad_retry_next(&r, t, top, sum));
+        if (r.status != AD_OK)
+            return r.status;
     }
+    return AD_OK;
 }
 
 ad_status ad_jacobian(ad_function f, void *ctx, size_t n, const double *x, size_t m,
@@ -160,9 +186,11 @@ ad_status ad_jacobian(ad_function f, void *ctx, size_t n, const double *x, size_
     /* Recorded once; then whichever of n forward or m reverse sweeps is
      * fewer, unless an external function has no forward rule. */
     if (n <= m && !t->no_jvp)
-        jacobian_by_columns(t, n, m, hi, jac);
+        s = jacobian_by_columns(t, n, m, hi, jac);
     else
-        jacobian_by_rows(t, n, m, hi, jac);
+        s = jacobian_by_rows(t, n, m, hi, jac);
+    if (s != AD_OK)
+        goto fail;
     ad_read_outputs(t, m, y);
     return AD_OK;
 fail:
@@ -187,9 +215,12 @@ ad_status ad_linearize(ad_function f, void *ctx, size_t n, const double *x, size
     L->n = n;
     L->m = m;
     s = ad_record(&L->tape, f, ctx, n, x, m, 0);
-    /* The sweeps' work array is reserved now, so applying L allocates nothing. */
+    /* The sweeps' work array and marks (tape.h, ad_retry) are reserved
+     * now, so applying L allocates nothing. */
     if (s == AD_OK)
         s = ad_tape_reserve_adjoints(&L->tape, ad_outputs_top(&L->tape, m));
+    if (s == AD_OK)
+        s = ad_reach_reserve(&L->tape, ad_outputs_top(&L->tape, m));
     if (s != AD_OK)
         goto fail;
     ad_read_outputs(&L->tape, m, y);

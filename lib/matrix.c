@@ -295,9 +295,14 @@ static void gather_xdot(const product *p, const double *tan, size_t L, size_t la
         xdot[l] = ids[l] ? tan[(size_t)ids[l] * L + lane] : 0.0;
 }
 
-/* The tangent of y_j: A_j's tangents times x, and A_j times x's. */
-static double row_tangent(const product *p, const double *A, const double *tan, size_t L,
-                          size_t lane, size_t j, const double *xdot)
+/* The tangent of y_j: A_j's tangents times x, and A_j times x's.  Plain
+ * products first; only a NaN, rare, can come from a partial (an entry of
+ * x or of A) against a tangent that is zero by structure -- a constant
+ * entry's, a constant x's, or in an exact sweep one not reached
+ * (ad_tangent_zero) -- and then the row is taken again without those
+ * terms, as the scalar sweep leaves out the sink's. */
+static double row_tangent(const ad_tape *t, const product *p, const double *A, const double *tan,
+                          size_t L, size_t lane, size_t j, const double *xdot)
 {
     const double *x = prod_x(p), *adot = tan + ((size_t)p->entry0 + j * p->cols) * L + lane;
     size_t n = p->cols, lo, hi;
@@ -307,6 +312,17 @@ static double row_tangent(const product *p, const double *A, const double *tan, 
         s += adot[l * L] * x[l];
     if (p->x_active)
         for (size_t l = lo; l < hi; l++)
+            s += A[j * n + l] * xdot[l];
+    if (AD__LIKELY(s == s))
+        return s;
+    const uint32_t *eid = ad_block_ids(ad_block_at(t, p->mat)) + j * n;
+    const uint32_t *xid = p->x_active ? ad_block_ids(&p->base) : NULL;
+    s = 0.0;
+    for (size_t l = lo; l < hi; l++)
+        if (!ad_tangent_zero(t, eid[l]))
+            s += adot[l * L] * x[l];
+    for (size_t l = lo; xid && l < hi; l++)
+        if (!ad_tangent_zero(t, xid[l]))
             s += A[j * n + l] * xdot[l];
     return s;
 }
@@ -320,7 +336,7 @@ static void prod_forward(const ad_tape *t, const ad_block *b, uint32_t hid, doub
     if (p->x_active)
         gather_xdot(p, tan, L, lane, xdot);
     for (size_t j = 0; j < p->rows; j++) {
-        double yd = row_tangent(p, A, tan, L, lane, j, xdot);
+        double yd = row_tangent(t, p, A, tan, L, lane, j, xdot);
         if (p->norm)
             sdot += 2.0 * prod_y(p)[j] * yd;
         else
@@ -352,7 +368,7 @@ static void prod_second(const ad_tape *t, const ad_block *b, uint32_t hid, const
         size_t e = (size_t)p->entry0 + j * n;
         double yb, ybd;
         if (p->norm) {
-            double y = prod_y(p)[j], yd = row_tangent(p, A, tan, L, lane, j, xdot);
+            double y = prod_y(p)[j], yd = row_tangent(t, p, A, tan, L, lane, j, xdot);
             yb = row_ybar(p, adj + out, 1, j);
             ybd = adjd[out * L + lane] * (2.0 * y) + adj[out] * (2.0 * yd);
         } else {

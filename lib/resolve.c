@@ -182,6 +182,107 @@ void ad_resolve(ad_tape *t, double *adj, uint32_t top, size_t lanes)
         far ? sweep(t, adj, top, AD_LANES, 1) : sweep(t, adj, top, AD_LANES, 0);
 }
 
+/* ---- the exact sweep (tape.h, ad_retry) ----
+ *
+ * Rare (only for results that are not all finite), so written plainly,
+ * one lane, record by record. */
+
+ad_status ad_reach_reserve(ad_tape *t, uint32_t top)
+{
+    uint64_t *old = t->bits;
+    size_t words = ((size_t)top >> 6) + 1;
+    if (ad_reserve((void **)&t->bits, &t->bits_cap, words, sizeof *t->bits) != AD_OK)
+        return AD_ENOMEM;
+    if (t->bits != old)
+        memset(t->bits, 0, t->bits_cap * sizeof *t->bits);
+    return AD_OK;
+}
+
+int ad_retry_plan(ad_retry *r, ad_tape *t, uint32_t top, int over, int nan)
+{
+    if (over) {
+        r->scale = 1.0;
+    } else if (!r->exact && r->can_exact && nan) {
+        r->status = ad_reach_reserve(t, top);
+        if (r->status != AD_OK)
+            return 0;
+        r->exact = 1;
+        r->scale = ad_seed_scale(t);
+    } else {
+        return 0;
+    }
+    r->pass++;
+    r->watch = ad_watch_begin(r->scale);
+    return 1;
+}
+
+/* adj[id] += z w, and id is reached. */
+static void give(ad_tape *t, double *adj, uint32_t id, double z, double w)
+{
+    adj[id] += z * w;
+    ad_reach_mark(t, id);
+}
+
+/* A block, as the sparse resolve expands one: its rule runs if one of its
+ * outputs was reached, with the others' cotangents 0, and its cotangents
+ * go to the arguments that the reached outputs depend on (the kind's
+ * reach; without it, all). */
+static void block_reached(ad_tape *t, const ad__record *r, uint32_t hid, double *adj)
+{
+    const ad_block *b = ad_block_of(t, r);
+    unsigned char *outs = ad_block_flags(t), *args = outs + b->nout;
+    double *ybar = ad_block_ybar(t);
+    int any = 0;
+    for (uint32_t j = 0; j < b->nout; j++) {
+        outs[j] = (unsigned char)ad_reached(t->bits, hid + 1 + j);
+        ybar[j] = adj[hid + 1 + j];
+        any |= outs[j];
+    }
+    if (!any)
+        return;
+    const double *xbar = ad_block_pullback(t, b, ybar);
+    const uint32_t *ids = ad_block_ids(b);
+    size_t nx = (size_t)b->nargs + b->run_len;
+    memset(args, !b->kind->reach, nx);
+    if (b->kind->reach)
+        b->kind->reach(b, outs, args);
+    for (size_t k = 0; k < nx; k++)
+        if (args[k])
+            give(t, adj, k < b->nargs ? ids[k] : b->run + (uint32_t)(k - b->nargs), xbar[k], 1.0);
+}
+
+void ad_resolve_reached(ad_tape *t, double *adj, uint32_t top)
+{
+    t->sweeps++;
+    for (uint32_t id = top; id >= t->first; id--) {
+        const ad__record *r = ad_tape_record(t, id);
+        int on = ad_reached(t->bits, id);
+        double z = adj[id];
+        if (r->b < AD__ID_END) {
+            if (on) {
+                const ad__record c = *r;  /* read before adj is written (pair.h) */
+                adj[id] = 0.0;
+                give(t, adj, c.a, z, c.wa);
+                give(t, adj, c.b, z, c.wb);
+            }
+        } else if (r->b == AD__NARY) {
+            if (on) {
+                adj[id] = 0.0;
+                for (uint32_t k = 1; k <= r->a; k++) {
+                    const ad__record c = *ad_tape_record(t, id - k);
+                    give(t, adj, c.a, z, c.wa);
+                    give(t, adj, c.b, z, c.wb);
+                }
+            }
+            id -= r->a;  /* past its slots */
+        } else if (r->b == AD__BLOCK) {
+            block_reached(t, r, id, adj);
+            memset(adj + id, 0, ((size_t)r->a + 1) * sizeof *adj);
+        }  /* a block's output: its header applies it */
+    }
+    memset(t->bits, 0, (((size_t)top >> 6) + 1) * sizeof *t->bits);
+}
+
 ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj)
 {
     uint32_t hi = ad_outputs_top(t, m);
@@ -195,16 +296,24 @@ ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj)
         memset(t->adj + t->adj_zero, 0, (need - t->adj_zero) * sizeof *t->adj);
         t->adj_zero = need;
     }
-    for (double scale = ad_seed_scale(t);; scale = 1.0) {  /* tape.h, "Scaled seeds" */
-        ad_watch watch = ad_watch_begin(scale);
+    ad_retry r = ad_retry_begin(t, 1);  /* tape.h, "Scaled seeds" and ad_retry */
+    double sum;
+    do {
         /* Outputs that share an ID add up; a constant output seeds slot 0,
-         * the sink, and reaches nothing. */
-        for (size_t j = 0; j < m; j++)
-            t->adj[t->outputs[j].id] += (w ? w[j] : 1.0) * scale;
-        ad_resolve(t, t->adj, hi, 1);  /* records above every output are skipped */
-        int finite = ad_unscale(wj, 1, t->adj + 1, 1, n, scale);
+         * the sink, and reaches nothing.  An exact pass starts from the
+         * outputs of nonzero weight, so that w = e_j gives row j of J. */
+        for (size_t j = 0; j < m; j++) {
+            double wj0 = w ? w[j] : 1.0;
+            t->adj[t->outputs[j].id] += wj0 * r.scale;
+            if (r.exact && wj0 != 0.0)
+                ad_reach_mark(t, t->outputs[j].id);
+        }
+        if (r.exact)
+            ad_resolve_reached(t, t->adj, hi);
+        else
+            ad_resolve(t, t->adj, hi, 1);  /* records above every output are skipped */
+        sum = ad_results(&r, wj, 1, t->adj + 1, 1, n);
         memset(t->adj, 0, (n + 1) * sizeof *t->adj);  /* the sink and the inputs */
-        if (!ad_watch_again(&watch, finite))
-            return AD_OK;
-    }
+    } while (ad_retry_next(&r, t, hi, sum));
+    return r.status;
 }

@@ -749,12 +749,14 @@ AD_INLINE cell column_cell(const row_state *rs, const double *val, const uint32_
 }
 
 /* The group's L rows, from row j0: each takes the columns its lane
- * reached, scaled back, in one pass over the columns that writes both rows
- * (lane 1's start after lane 0's count).  Room is made for exactly those,
- * so that a call sized by the last one does not grow. */
+ * reached, scaled back (ad_result), in one pass over the columns that
+ * writes both rows (lane 1's start after lane 0's count).  Room is made
+ * for exactly those, so that a call sized by the last one does not grow.
+ * A later pass of the group (tape.h, ad_retry) reaches the same columns
+ * and replaces only the values that are not finite. */
 _Static_assert(GROUP == 2, "append_rows writes two rows at a time");
 
-AD_INLINE ad_status append_rows(row_state *rs, const hot *h, csr_out *o, size_t j0,
+AD_INLINE ad_status append_rows(row_state *rs, const hot *h, csr_out *o, size_t j0, int later,
                                 const size_t L, const int hashed)
 {
     ad_csr *J = o->J;
@@ -784,31 +786,36 @@ AD_INLINE ad_status append_rows(row_state *rs, const hot *h, csr_out *o, size_t 
         cell c = column_cell(rs, cells, tag, k, ids[k], L, hashed);
         if (c.lanes & 1) {
             col[at0] = ids[k] - 1;
-            val[at0++] = c.v[0] * unscale;
+            if (!later || val[at0] - val[at0] != 0.0)
+                val[at0] = ad_result(c.v[0], unscale);
+            at0++;
         }
         if (c.lanes & 2) {
             col[at1] = ids[k] - 1;
-            val[at1++] = c.v[1] * unscale;
+            if (!later || val[at1] - val[at1] != 0.0)
+                val[at1] = ad_result(c.v[1], unscale);
+            at1++;
         }
     }
     J->nnz = at1;
     return AD_OK;
 }
 
-/* Whether v[0..n) are all finite (tape.h, ad_unscale). */
-static int all_finite(const double *v, size_t n)
+/* The sum of v[0..n): not finite if one is not (tape.h, ad_unscale). */
+static double sum_of(const double *v, size_t n)
 {
     double sum = 0.0;
     for (size_t i = 0; i < n; i++)
         sum += v[i];
-    return sum - sum == 0.0;
+    return sum;
 }
 
 /* Rows j0 .. j1 (a multiple of L apart), L to a group, each group resolved
  * and written; the kernel's state is a local of this loop, not copied in
  * and out for each group.  Each group is seeded scaled, and again unscaled
- * if that overflowed and left a value that is not finite: the rows are read
- * again for that only when the flag says so, which is rare. */
+ * if that overflowed and left a value that is not finite (tape.h,
+ * ad_retry; the resolve is exact already): the rows are read again for
+ * that only when the flag says so, which is rare. */
 AD_INLINE ad_status rows_in(row_state *rs, csr_out *o, size_t j0, size_t j1, const size_t L,
                             const int hashed)
 {
@@ -819,15 +826,16 @@ AD_INLINE ad_status rows_in(row_state *rs, csr_out *o, size_t j0, size_t j1, con
     for (; j0 < j1 && s == AD_OK; j0 += L) {
         aim_ahead(&h, out, j0 + PREFETCH_AHEAD * L, J->rows, L);
         size_t start = J->nnz;
-        int again = 1;
-        for (rs->scale = ad_seed_scale(rs->t); again && s == AD_OK; rs->scale = 1.0) {
-            ad_watch watch = ad_watch_begin(rs->scale);
+        ad_retry r = ad_retry_begin(rs->t, 0);
+        int again;
+        do {
+            rs->scale = r.scale;
             J->nnz = start;
             resolve_group(rs, &h, out + j0, L, hashed);
-            s = rs->status != AD_OK ? rs->status : append_rows(rs, &h, o, j0, L, hashed);
-            again = ad_watch_over(&watch) && s == AD_OK &&
-                    !all_finite(J->val + start, J->nnz - start);
-        }
+            s = rs->status != AD_OK ? rs->status : append_rows(rs, &h, o, j0, r.pass, L, hashed);
+            double sum = s != AD_OK ? 0.0 : sum_of(J->val + start, J->nnz - start);
+            again = ad_retry_next(&r, NULL, 0, sum);  /* never exact: no marks */
+        } while (again && s == AD_OK);
     }
     rs->h = h;
     return s;

@@ -49,6 +49,58 @@ void ad_tangent(const ad_tape *t, double *tan, uint32_t top, size_t lanes)
         sweep(t, tan, top, AD_LANES);
 }
 
+/* Whether one of a block's arguments is reached. */
+static int block_reached(const ad_tape *t, const ad_block *b)
+{
+    const uint32_t *ids = ad_block_ids(b);
+    for (uint32_t k = 0; k < b->nargs; k++)
+        if (!ad_tangent_zero(t, ids[k]))
+            return 1;
+    for (uint32_t k = 0; k < b->run_len; k++)
+        if (!ad_tangent_zero(t, b->run + k))
+            return 1;
+    return 0;
+}
+
+/* The exact sweep (tape.h, ad_retry): rare, so plain, one lane.  While
+ * t->reach is set, a block's forward rule skips the terms of arguments
+ * not reached (matrix.c). */
+void ad_tangent_reached(ad_tape *t, double *tan, uint32_t top)
+{
+    t->reach = t->bits;
+    for (uint32_t id = t->first; id <= top; id++) {
+        const ad__record *r = ad_tape_record(t, id);
+        int on = 0;
+        if (r->b < AD__ID_END) {  /* also a slot of an n-ary run */
+            int a = !ad_tangent_zero(t, r->a), b = !ad_tangent_zero(t, r->b);
+            tan[id] = (a ? r->wa * tan[r->a] : 0.0) + (b ? r->wb * tan[r->b] : 0.0);
+            on = a | b;
+        } else if (r->b == AD__NARY) {
+            tan[id] = 0.0;
+            for (uint32_t k = 1; k <= r->a; k++) {
+                tan[id] += tan[id - k];
+                on |= ad_reached(t->bits, id - k);
+            }
+        } else if (r->b == AD__BLOCK) {
+            on = block_reached(t, ad_block_of(t, r));
+            if (on)
+                ad_block_forward(t, r, id, tan, 1);
+            for (uint32_t j = 0; j <= r->a; j++) {  /* the header, then its outputs */
+                if (!on)
+                    tan[id + j] = 0.0;
+                else if (j)
+                    ad_reach_mark(t, id + j);
+            }
+            id += r->a;  /* past its outputs */
+            continue;
+        }
+        if (on)
+            ad_reach_mark(t, id);
+    }
+    t->reach = NULL;
+    memset(t->bits, 0, (((size_t)top >> 6) + 1) * sizeof *t->bits);
+}
+
 ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv)
 {
     if (t->no_jvp)
@@ -59,14 +111,21 @@ ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv)
         return s;
     size_t n = t->first - 1;
     t->adj[0] = 0.0;
-    for (double scale = ad_seed_scale(t);; scale = 1.0) {  /* tape.h, "Scaled seeds" */
-        ad_watch watch = ad_watch_begin(scale);
-        for (size_t i = 0; i < n; i++)
-            t->adj[i + 1] = v[i] * scale;
-        ad_tangent(t, t->adj, hi, 1);
-        for (size_t j = 0; j < m; j++)
-            jv[j] = t->adj[t->outputs[j].id];
-        if (!ad_watch_again(&watch, ad_unscale(jv, 1, jv, 1, m, scale)))
-            return AD_OK;
-    }
+    ad_retry r = ad_retry_begin(t, 1);  /* tape.h, "Scaled seeds" and ad_retry */
+    double sum;
+    do {
+        /* An exact pass starts from the inputs of nonzero weight, so that
+         * v = e_i gives column i of J. */
+        for (size_t i = 0; i < n; i++) {
+            t->adj[i + 1] = v[i] * r.scale;
+            if (r.exact && v[i] != 0.0)
+                ad_reach_mark(t, (uint32_t)(i + 1));
+        }
+        if (r.exact)
+            ad_tangent_reached(t, t->adj, hi);
+        else
+            ad_tangent(t, t->adj, hi, 1);
+        sum = ad_results_of(&r, jv, 1, t->adj, 1, t->outputs, m);
+    } while (ad_retry_next(&r, t, hi, sum));
+    return r.status;
 }

@@ -78,6 +78,7 @@ typedef struct ad_tape {
     size_t no_second;        /* blocks without a second-order rule */
     double *tan2;            /* hessian.c: tangents, then the cotangents' tangents */
     size_t tan2_cap;
+    const uint64_t *reach;   /* during a sweep of what its seeds reach (ad_retry), t->bits */
 } ad_tape;
 
 typedef struct ad_thread {
@@ -209,21 +210,29 @@ static inline double ad_seed_back(double scale)
     return scale == 1.0 ? 1.0 : AD_SEED_UNSCALE;
 }
 
-/* dst[i * to] = src[i * from] scaled back from `scale`, i < n; 0 if a
- * result is not finite, which makes their sum not finite.  (So does a sum
- * that overflows, of results near 2^1023 / n, which at worst sweeps them
- * again for nothing: rare, and it spares a test per result.)  x 1 is
- * exact. */
-static inline int ad_unscale(double *dst, size_t to, const double *src, size_t from, size_t n,
-                             double scale)
+/* A result read out of a sweep: g scaled back by u (x 1 is exact), and
+ * + 0 so that a zero derivative is +0 from every driver, whatever order
+ * its zero terms were added in (docs/conventions.md). */
+static inline double ad_result(double g, double u)
+{
+    return g * u + 0.0;
+}
+
+/* dst[i * to] = src[i * from] scaled back from `scale`, i < n; returns
+ * their sum (unscaled), which is not finite if one of them is not, and
+ * NaN if one is NaN.  (A sum that overflows, of results near 2^1023 / n,
+ * or Infs of both signs, at worst sweep them again for nothing: rare, and
+ * it spares a test per result.) */
+static inline double ad_unscale(double *dst, size_t to, const double *src, size_t from, size_t n,
+                                double scale)
 {
     double u = ad_seed_back(scale), sum = 0.0;
     for (size_t i = 0; i < n; i++) {
         double g = src[i * from];
         sum += g;
-        dst[i * to] = g * u;
+        dst[i * to] = ad_result(g, u);
     }
-    return sum - sum == 0.0;
+    return sum;
 }
 
 /* The overflow flag around a scaled sweep.  Results that are not all
@@ -309,12 +318,119 @@ static inline int ad_watch_over(const ad_watch *w)
     return w->scale != 1.0 && ad_overflow_end(w);
 }
 
-/* Whether the sweep since ad_watch_begin, whose results were `finite` or
- * not, must be run again unscaled. */
-static inline int ad_watch_again(const ad_watch *w, int finite)
+/* Results that are not all finite, again.  Each sweep applies every record
+ * below its top, also those its seeds do not reach, with a zero cotangent
+ * (tangent): 0 x an infinite partial is NaN there.  Three causes, then:
+ * an overflow of the scaled seeds (the flag says so), such records (the
+ * poison they spread is NaN, never Inf: 0, or NaN, times anything), and
+ * infinite partials of records the seeds do reach, which stay.  So a sweep
+ * whose results are not all finite is run again unscaled if it raised the
+ * flag; then, if a result is NaN, again applying only what its seeds reach
+ * (exact: t->bits marks those IDs), scaled, and unscaled if that
+ * overflows.  A finite result cannot have taken an overflowed term (an
+ * infinity stays Inf or NaN) nor a NaN, and a record not reached adds only
+ * zeros to it: each pass keeps the finite results and replaces only the
+ * others (ad_results).  Results that are finite, or infinite without a
+ * NaN (t_bad's), cost nothing more: a test of their sum, the flag read
+ * twice.
+ *
+ *   ad_retry r = ad_retry_begin(t, 1);
+ *   do { sweep with r.scale, r.exact; sum = ad_results(&r, ...) + ...; }
+ *   while (ad_retry_next(&r, t, top, sum));
+ *   r.status: AD_ENOMEM if the marks could not be had. */
+typedef struct ad_retry {
+    double scale;       /* this pass's seed scale */
+    int exact;          /* this pass applies only what the seeds reach */
+    int pass;           /* 0 first */
+    int can_exact;      /* the sweep has an exact form (the sparse resolve is exact) */
+    ad_status status;
+    ad_watch watch;
+} ad_retry;
+
+static inline ad_retry ad_retry_begin(const ad_tape *t, int can_exact)
 {
-    return ad_watch_over(w) && !finite;
+    ad_retry r;
+    r.scale = ad_seed_scale(t);
+    r.exact = 0;
+    r.pass = 0;
+    r.can_exact = can_exact;
+    r.status = AD_OK;
+    r.watch = ad_watch_begin(r.scale);
+    return r;
 }
+
+/* resolve.c: the next pass for results not all finite, from the last
+ * pass, whether it overflowed, and whether a result is NaN (reserving
+ * t->bits for IDs 0..top on the way to an exact pass); 0 if there is
+ * none. */
+AD_HIDDEN int ad_retry_plan(ad_retry *r, ad_tape *t, uint32_t top, int over, int nan);
+
+/* After each pass, with the sum of its results (ad_results): 1 to run the
+ * next pass (r says how).  Reads the flag back first, always. */
+static inline int ad_retry_next(ad_retry *r, ad_tape *t, uint32_t top, double sum)
+{
+    int over = ad_watch_over(&r->watch);
+    return sum - sum != 0.0 && ad_retry_plan(r, t, top, over, sum != sum);
+}
+
+/* The first pass's results, as ad_unscale; a later pass's only where
+ * dst is not finite.  Returns the sum of dst, as ad_unscale. */
+static inline double ad_results(const ad_retry *r, double *dst, size_t to, const double *src,
+                                size_t from, size_t n)
+{
+    if (!r->pass)
+        return ad_unscale(dst, to, src, from, n, r->scale);
+    double u = ad_seed_back(r->scale), sum = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = dst[i * to];
+        if (d - d != 0.0)
+            d = dst[i * to] = ad_result(src[i * from], u);
+        sum += d;
+    }
+    return sum;
+}
+
+/* The same for outputs: dst[j * to] from src[outs[j].id * L], j < m. */
+static inline double ad_results_of(const ad_retry *r, double *dst, size_t to, const double *src,
+                                   size_t L, const ad_real *outs, size_t m)
+{
+    double u = ad_seed_back(r->scale), sum = 0.0;
+    for (size_t j = 0; j < m; j++) {
+        double d = 0.0;
+        int take = !r->pass;
+        if (!take) {
+            d = dst[j * to];
+            take = d - d != 0.0;
+        }
+        if (take)
+            d = dst[j * to] = ad_result(src[(size_t)outs[j].id * L], u);
+        sum += d;
+    }
+    return sum;
+}
+
+/* Marks of what a sweep's seeds reach, a bit per ID in t->bits (zero
+ * between calls, as sparse.c keeps them). */
+static inline void ad_reach_mark(ad_tape *t, uint32_t id)
+{
+    t->bits[id >> 6] |= (uint64_t)1 << (id & 63);
+}
+
+static inline int ad_reached(const uint64_t *bits, uint32_t id)
+{
+    return (int)(bits[id >> 6] >> (id & 63) & 1);
+}
+
+/* Whether the tangent of id is zero by structure in a forward sweep: a
+ * constant, or, in an exact pass, not reached from the seeds.  Its
+ * partials may be anything, and 0 x Inf must not make NaN. */
+static inline int ad_tangent_zero(const ad_tape *t, uint32_t id)
+{
+    return !id || (t->reach && !ad_reached(t->reach, id));
+}
+
+/* resolve.c: t->bits with room for IDs 0..top, zero. */
+AD_HIDDEN ad_status ad_reach_reserve(ad_tape *t, uint32_t top);
 
 /* resolve.c: the reverse sweep.  ad_resolve applies records top, top-1, ...,
  * first, each once, adding cotangent x partial into its arguments'
@@ -322,6 +438,10 @@ static inline int ad_watch_again(const ad_watch *w, int finite)
  * (1 when w is NULL), sweeps, and writes the inputs' cotangents to wj. */
 AD_HIDDEN void ad_resolve(ad_tape *t, double *adj, uint32_t top, size_t lanes);
 AD_HIDDEN ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj);
+/* An exact reverse sweep (ad_retry), one lane: applies only the records
+ * that the IDs marked in t->bits reach, marking them as it goes; leaves
+ * the marks zero and the swept cotangents as ad_resolve's one lane does. */
+AD_HIDDEN void ad_resolve_reached(ad_tape *t, double *adj, uint32_t top);
 
 /* Test hook (sparse.c): resolve sparse rows with the uthash map even when
  * the dense arrays are available, so both stores are tested and measured. */
@@ -332,5 +452,9 @@ AD_HIDDEN void ad_test_sparse_force_hash(int on);
  * the inputs with v and writes the outputs' tangents to jv. */
 AD_HIDDEN void ad_tangent(const ad_tape *t, double *tan, uint32_t top, size_t lanes);
 AD_HIDDEN ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv);
+/* An exact forward sweep, one lane: only the records that depend on the
+ * IDs marked in t->bits take tangents from their arguments, and only from
+ * those that do; the others' tangents are 0.  Leaves the marks zero. */
+AD_HIDDEN void ad_tangent_reached(ad_tape *t, double *tan, uint32_t top);
 
 #endif

@@ -32,9 +32,31 @@ AD__EXTERN_C_BEGIN
  * objective is being recorded belongs to that recording and means nothing
  * after ad_gradient() returns. */
 typedef struct ad_real {
-    double v;     /* primal value */
-    uint32_t id;  /* record ID; 0 = constant */
+    double v;      /* primal value */
+    uint32_t id;   /* record ID; 0 = constant */
+    uint32_t tag;  /* the recording that made it (record.h); 0 for a constant */
 } ad_real;
+
+/* The tag fills what was padding: an ad_real is two registers, passed and
+ * returned in them. */
+#ifdef __cplusplus
+static_assert(sizeof(ad_real) == 16, "ad_real is 16 bytes");
+#else
+_Static_assert(sizeof(ad_real) == 16, "ad_real is 16 bytes");
+#endif
+
+static inline uint64_t ad__key(ad_real x)
+{
+    return ad__key_of(x.id, x.tag);
+}
+
+/* A value that a primitive recorded as `id` (0: a constant) on the active
+ * recording. */
+static inline ad_real ad__made(double v, uint32_t id)
+{
+    ad_real r = {v, id, id ? ad__tag(ad__active) : 0};
+    return r;
+}
 
 typedef enum ad_status {
     AD_OK = 0,
@@ -42,7 +64,7 @@ typedef enum ad_status {
     AD_ENOMEM,    /* memory for the tape or the cotangents ran out */
     AD_ERANGE,    /* the recording outgrew the record ID range or the tape limit */
     AD_ENESTING,  /* ad_gradient nested deeper than AD_MAX_NESTING */
-    AD_EFOREIGN,  /* the objective returned a value from another recording */
+    AD_EFOREIGN,  /* a value from another recording was used (or returned) */
     AD_EBUSY,     /* the call is not allowed while a recording is active */
     AD_ENOTSUP    /* a record on the tape has no rule for this sweep */
 } ad_status;
@@ -67,7 +89,7 @@ AD_API const char *ad_strerror(ad_status s);
 
 static inline ad_real ad_const(double c)
 {
-    ad_real r = {c, 0};
+    ad_real r = {c, 0, 0};
     return r;
 }
 

@@ -6,7 +6,7 @@
 #include "second.h"
 #include "tape.h"
 
-static ad__cursor idle_cursor = {NULL, NULL, 0};
+static ad__cursor idle_cursor = {NULL, NULL, 0, 0};
 _Thread_local ad__cursor *ad__active = &idle_cursor;
 
 static _Thread_local ad_thread self;
@@ -193,6 +193,14 @@ static uint64_t new_serial(ad_thread *th)
     return th->serial_next++;
 }
 
+/* A recording's tag is its serial number mod 2^32, never 0, the
+ * constants' (docs/conventions.md, "Values of other recordings"). */
+static uint64_t key1_of(uint64_t serial)
+{
+    uint32_t tag = (uint32_t)serial;
+    return ad__key_of(1, tag ? tag : 1);
+}
+
 ad_status ad_tape_begin(ad_tape *t, ad_thread *th, size_t n, int second)
 {
     size_t limit = th->limit;
@@ -210,6 +218,11 @@ ad_status ad_tape_begin(ad_tape *t, ad_thread *th, size_t n, int second)
         t->inputs_named = 0;
     for (; t->inputs_named < n; t->inputs_named++)
         t->inputs[t->inputs_named].id = (uint32_t)(t->inputs_named + 1);
+    t->serial = new_serial(th);
+    t->cursor.key1 = key1_of(t->serial);
+    uint32_t tag = ad__tag(&t->cursor);
+    for (size_t i = 0; i < n; i++)
+        t->inputs[i].tag = tag;
     t->first = (uint32_t)(n + 1);
     t->id_end = AD__ID_END;
     if (limit && limit < (size_t)(AD__ID_END - t->first))
@@ -220,7 +233,6 @@ ad_status ad_tape_begin(ad_tape *t, ad_thread *th, size_t n, int second)
     t->no_second = 0;
     t->foreign = 0;
     t->second = second;
-    t->serial = new_serial(th);
     t->open = 0;
     t->cursor.cur = t->cursor.end = t->room_end = t->second_end = NULL;
     t->cursor.next = t->first;
@@ -262,7 +274,7 @@ static AD_NOINLINE uint32_t push_rare(ad__cursor *c, uint32_t a, double wa, uint
         return 0;
     }
     /* Room now: first order takes the fast path, second order comes back. */
-    return ad__push_op(a, wa, b, wb, op, x, y, v);
+    return ad__push_at(c, a, wa, b, wb, op, x, y, v);
 }
 
 uint32_t ad__push_slow(ad__cursor *c, uint32_t a, double wa, uint32_t b, double wb, int op,
@@ -355,6 +367,24 @@ void ad_tape_fail(ad_tape *t, ad_status s)
     t->cursor.cur = t->cursor.end = t->second_end = NULL;
 }
 
+void ad__foreign(ad__cursor *c, uint64_t key)
+{
+    ad_tape *t = (ad_tape *)c;
+    if (c != &idle_cursor && (uint32_t)key && t->status == AD_OK)
+        ad_tape_fail(t, AD_EFOREIGN);
+}
+
+int ad_reals_mine(ad_tape *t, size_t n, const ad_real *x)
+{
+    const ad__cursor *c = &t->cursor;
+    for (size_t i = 0; i < n; i++)
+        if (x[i].id && ad__key(x[i]) - c->key1 >= c->next - 1) {
+            ad__foreign(&t->cursor, ad__key(x[i]));
+            return 0;
+        }
+    return 1;
+}
+
 ad_status ad_fail_recording(ad_status s)
 {
     ad_tape *t = ad_recording();
@@ -365,7 +395,7 @@ ad_status ad_fail_recording(ad_status s)
 
 ad__slots ad__slots_more(ad__slots s)
 {
-    ad__slots none = {NULL, NULL, s.count, s.any, 1};
+    ad__slots none = {NULL, NULL, s.count, s.key1, s.span, s.any, 1};
     if (!recording())
         return none;
     ad_tape *t = (ad_tape *)ad__active;
@@ -373,7 +403,7 @@ ad__slots ad__slots_more(ad__slots s)
         /* Only constants so far, all in this room (nothing is committed
          * before an active argument): they contribute nothing, so write
          * over them rather than commit slots that no record would own. */
-        ad__slots again = {t->cursor.cur, t->room_end, 0, 0, 0};
+        ad__slots again = {t->cursor.cur, t->room_end, 0, s.key1, s.span, 0, 0};
         return again;
     }
     if (s.cur)
@@ -386,6 +416,6 @@ ad__slots ad__slots_more(ad__slots s)
         }
     }
     /* The slots need no second partials: their header's kind gives them. */
-    ad__slots more = {t->cursor.cur, t->room_end, s.count, s.any, 0};
+    ad__slots more = {t->cursor.cur, t->room_end, s.count, s.key1, s.span, s.any, 0};
     return more;
 }

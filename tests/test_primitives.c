@@ -470,7 +470,7 @@ static void test_mixed_dot_forms(void **state)
     double c[7], x[7], g[4][7];
     uint64_t rng = 0xd07;
     double cc[2] = {1, 2};
-    ad_real r[2] = {{1, 0}, {2, 0}};
+    ad_real r[2] = {{1, 0, 0}, {2, 0, 0}};
     const double *ccp = cc;
     const ad_real *crp = r;
     (void)state;
@@ -564,7 +564,7 @@ static void test_constant_arguments_record_nothing(void **state)
 /* n = 0: the neutral elements, as constants. */
 static void test_empty(void **state)
 {
-    ad_real none[1] = {{5.0, 0}};
+    ad_real none[1] = {{5.0, 0, 0}};
     double dnone[1] = {5.0};
     (void)state;
     assert_same(ad_value(ad_prod(0, none)), 1.0);

@@ -73,7 +73,35 @@ typedef struct ad__record {
 typedef struct ad__cursor {
     ad__record *cur, *end;
     uint64_t next;   /* 64-bit: a uint32_t could alias the records' argument IDs, forcing a reload per record */
+    uint64_t key1;   /* the key (below) of this recording's ID 1; 0 when idle */
 } ad__cursor;
+
+/* Every ad_real carries the tag of the recording that made it (0 for a
+ * constant).  Its key, tag << 32 | ID, is one register where the value is
+ * passed, and belongs to the active recording exactly when key - key1 <
+ * next - 1: the tag matches and the ID names a record already made, so
+ * that one compare both catches a value of another recording and keeps a
+ * stale ID off the tape.  A constant (ID 0) fails that compare too, and is
+ * let through by a second test, off the hot path. */
+static inline uint64_t ad__key_of(uint32_t id, uint32_t tag)
+{
+    return (uint64_t)tag << 32 | id;
+}
+
+static inline uint32_t ad__tag(const ad__cursor *c)
+{
+    return (uint32_t)(c->key1 >> 32);
+}
+
+/* Out of line: an active value whose key is not the recording's fails the
+ * recording with AD_EFOREIGN (if it has not failed already). */
+AD_API void ad__foreign(ad__cursor *c, uint64_t key);
+
+static inline void ad__check(ad__cursor *c, uint64_t key)
+{
+    if (AD__UNLIKELY(key - c->key1 >= c->next - 1) && (uint32_t)key)
+        ad__foreign(c, key);
+}
 
 /* The calling thread's active tape (never NULL: an idle cursor when no
  * recording is active). */
@@ -140,16 +168,10 @@ static inline uint32_t ad__push_at(ad__cursor *c, uint32_t a, double wa, uint32_
     return (uint32_t)c->next++;
 }
 
-static inline uint32_t ad__push_op(uint32_t a, double wa, uint32_t b, double wb, int op,
-                                   double x, double y, double v)
-{
-    return ad__push_at(ad__active, a, wa, b, wb, op, x, y, v);
-}
-
 /* A record whose partials are constants (a sum, a header). */
-static inline uint32_t ad__push(uint32_t a, double wa, uint32_t b, double wb)
+static inline uint32_t ad__push(ad__cursor *c, uint32_t a, double wa, uint32_t b, double wb)
 {
-    return ad__push_op(a, wa, b, wb, AD__OP_LINEAR, 0.0, 0.0, 0.0);
+    return ad__push_at(c, a, wa, b, wb, AD__OP_LINEAR, 0.0, 0.0, 0.0);
 }
 
 /* Bulk recording of an n-ary record: a private copy of the cursor that the
@@ -159,6 +181,7 @@ static inline uint32_t ad__push(uint32_t a, double wa, uint32_t b, double wb)
 typedef struct ad__slots {
     ad__record *cur, *end;
     uint64_t count;  /* slots written, committed or not */
+    uint64_t key1, span;  /* an argument's key k is the recording's if k - key1 < span */
     uint32_t any;    /* nonzero once an active argument was written */
     int dead;        /* no more room will come: stop asking */
 } ad__slots;
@@ -168,10 +191,19 @@ AD_API ad__slots ad__slots_more(ad__slots s);
 static inline ad__slots ad__slots_begin(void)
 {
     ad__cursor *c = ad__active;
-    ad__slots s = {c->cur, c->end, 0, 0, 0};
+    ad__slots s = {c->cur, c->end, 0, c->key1, c->next - 1, 0, 0};
     return s;
 }
 
+/* Checks an argument of the run against the recording (ad__check). */
+static inline void ad__slots_check(const ad__slots *s, uint64_t key)
+{
+    if (AD__UNLIKELY(key - s->key1 >= s->span) && (uint32_t)key)
+        ad__foreign(ad__active, key);
+}
+
+/* a and b are checked by the caller (ad__slots_check): a recording that
+ * fails there has no room, so nothing more is written. */
 static inline ad__slots ad__slots_put(ad__slots s, uint32_t a, double wa, uint32_t b, double wb)
 {
     if (AD__UNLIKELY((uintptr_t)s.cur >= (uintptr_t)s.end)) {
@@ -206,14 +238,14 @@ enum { AD__NARY_LINEAR, AD__NARY_DOT, AD__NARY_SQNORM, AD__NARY_PROD, AD__NARY_L
  * partials of their own, their header's kind gives them. */
 static inline uint32_t ad__slots_end(ad__slots s, int kind)
 {
-    if (!s.any || !s.cur)
-        return 0;
     ad__cursor *c = ad__active;
+    if (!s.any || !s.cur || !c->cur)  /* c->cur: the recording failed meanwhile */
+        return 0;
     c->next += (uint64_t)(s.cur - c->cur);
     c->cur = s.cur;
     if (s.count == 1 && c->end)
         return (uint32_t)(c->next - 1);
-    return ad__push((uint32_t)s.count, (double)kind, AD__NARY, 0.0);
+    return ad__push(c, (uint32_t)s.count, (double)kind, AD__NARY, 0.0);
 }
 
 AD__EXTERN_C_END

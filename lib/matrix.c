@@ -624,6 +624,9 @@ static void record_product(ad_tape *t, const ad_mat *M, const matrix *B, const a
     for (size_t j = 0; norm && j < m; j++)
         sq += v[j] * v[j];  /* as ad_sqnorm */
     uint32_t first = ad_block_record(t, at);
+    if (first && !ad_check_block(t, norm ? "ad_mat_sqnorm" : "ad_mat_vec", n, x, nout,
+                                 norm ? &sq : v, first))
+        first = 0;
     for (size_t j = 0; j < nout; j++)
         y[j] = first ? ad__made(norm ? sq : v[j], first + (uint32_t)j) : ad_const(NAN);
 }
@@ -653,7 +656,7 @@ static void plain_product(const ad_mat *M, const ad_real *xr, const double *xd, 
                 ad__slots_check(&s, ad__key(xr[l]));
                 s = ad__slots_put(s, xr[l].id, a, 0, 0.0);
             }
-            y[j] = ad__made(v, ad__slots_end(s, AD__NARY_LINEAR));
+            y[j] = ad__made(v, ad__slots_end(s, AD__NARY_LINEAR, v));
             continue;
         }
         double v = 0.0;

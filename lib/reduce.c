@@ -22,8 +22,9 @@ static double *scratch(ad_tape *t, size_t n)
 /* One n-ary record of x's active elements with partials w.  In a
  * second-order recording each slot's aux keeps its arguments' values, and
  * the header's the product of the constants', for ad_prod's second
- * partials (hessian.c). */
-static uint32_t record(ad_tape *t, size_t n, const ad_real *x, const double *w, int kind)
+ * partials (hessian.c).  v: the result's value. */
+static uint32_t record(ad_tape *t, size_t n, const ad_real *x, const double *w, int kind,
+                       double v)
 {
     ad__slots s = ad__slots_begin();
     size_t i = 0, k = SIZE_MAX;  /* k: an active element waiting for its pair */
@@ -46,7 +47,7 @@ static uint32_t record(ad_tape *t, size_t n, const ad_real *x, const double *w, 
         ad__slots_check(&s, ad__key(x[k]));
         s = ad__slots_put(s, x[k].id, w[k], 0, 0.0);
     }
-    uint32_t id = ad__slots_end(s, kind);
+    uint32_t id = ad__slots_end(s, kind, v);
     if (!id || !t->second)
         return id;
     /* hessian.c's prod_run keeps two numbers per argument in the work array. */
@@ -237,7 +238,7 @@ ad_real ad_prod_r(size_t n, const ad_real *x)
             return r;
         prefix_suffix_scaled(n, x, w);
     }
-    return ad__made(r.v, record(t, n, x, w, AD__NARY_PROD));
+    return ad__made(r.v, record(t, n, x, w, AD__NARY_PROD, r.v));
 }
 
 /* The largest element; NaN if any is. */
@@ -311,5 +312,5 @@ ad_real ad_logsumexp_r(size_t n, const ad_real *x)
             w[i] /= sum;
         r.v += log(sum);
     }
-    return w ? ad__made(r.v, record(t, n, x, w, AD__NARY_LSE)) : r;
+    return w ? ad__made(r.v, record(t, n, x, w, AD__NARY_LSE, r.v)) : r;
 }

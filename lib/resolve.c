@@ -205,6 +205,6 @@ ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj)
         int finite = ad_unscale(wj, 1, t->adj + 1, 1, n, scale);
         memset(t->adj, 0, (n + 1) * sizeof *t->adj);  /* the sink and the inputs */
         if (!ad_watch_again(&watch, finite))
-            return AD_OK;
+            return finite || !t->checks ? AD_OK : ad_check_reverse(t, m, w, hi);
     }
 }

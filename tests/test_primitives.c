@@ -329,12 +329,13 @@ static size_t dump_records(dumped *out, size_t max)
         if (lineno++ < 2)  /* the summary line and the column names */
             continue;
         assert_true(count < max);
-        char kind[16];
-        if (sscanf(line, "%u n-ary (%15[a-z]): the %u", &d.id, kind, &d.run) == 3) {
+        char kind[32];
+        if (sscanf(line, "%u n-ary (%31[a-z_/]): the %u", &d.id, kind, &d.run) == 3) {
             out[count++] = d;
             continue;
         }
-        int got = sscanf(line, "%u %u %lf %u %lf", &d.id, &d.a, &d.wa, &d.b, &d.wb);
+        /* id, the operation (? unless the recording was checked), a, d/da, b, d/db */
+        int got = sscanf(line, "%u %31s %u %lf %u %lf", &d.id, kind, &d.a, &d.wa, &d.b, &d.wb) - 1;
         if (got != 5 && got != 3) {
             print_error("unexpected ad_tape_dump line: %s", line);
             fail();

@@ -26,7 +26,7 @@ static inline ad_real ad_dot_r(size_t n, const ad_real *x, const ad_real *y)
         ad__slots_check(&s, ad__key(y[i]));
         s = ad__slots_put(s, x[i].id, y[i].v, y[i].id, x[i].v);
     }
-    return ad__made(v, ad__slots_end(s, AD__NARY_DOT));
+    return ad__made(v, ad__slots_end(s, AD__NARY_DOT, v));
 }
 
 static inline double ad_dot_d(size_t n, const double *x, const double *y)
@@ -55,7 +55,7 @@ static inline ad_real ad_sum_r(size_t n, const ad_real *x)
         ad__slots_check(&s, ad__key(x[i]));
         s = ad__slots_put(s, x[i].id, 1.0, 0, 0.0);
     }
-    return ad__made(v, ad__slots_end(s, AD__NARY_LINEAR));
+    return ad__made(v, ad__slots_end(s, AD__NARY_LINEAR, v));
 }
 
 static inline double ad_sum_d(size_t n, const double *x)
@@ -84,7 +84,7 @@ static inline ad_real ad_dot_rd(size_t n, const ad_real *x, const double *c)
         ad__slots_check(&s, ad__key(x[i]));
         s = ad__slots_put(s, x[i].id, c[i], 0, 0.0);
     }
-    return ad__made(v, ad__slots_end(s, AD__NARY_LINEAR));
+    return ad__made(v, ad__slots_end(s, AD__NARY_LINEAR, v));
 }
 
 static inline ad_real ad_dot_dr(size_t n, const double *c, const ad_real *x)
@@ -110,7 +110,7 @@ static inline ad_real ad_sqnorm_r(size_t n, const ad_real *x)
         ad__slots_check(&s, ad__key(x[i]));
         s = ad__slots_put(s, x[i].id, 2.0 * x[i].v, 0, 0.0);
     }
-    return ad__made(v, ad__slots_end(s, AD__NARY_SQNORM));
+    return ad__made(v, ad__slots_end(s, AD__NARY_SQNORM, v));
 }
 
 static inline double ad_sqnorm_d(size_t n, const double *x)
@@ -165,7 +165,7 @@ static inline void ad_axpy_r(size_t n, double a, const ad_real *x, ad_real *y)
     for (size_t i = 0; i < n; i++) {
         double v = a * x[i].v + y[i].v;
         if (x[i].id)
-            y[i] = ad__rec2(v, x[i], a, y[i], 1.0, AD__OP_LINEAR);
+            y[i] = ad__rec2(v, x[i], a, y[i], 1.0, AD__OP_AXPY);
         else
             y[i].v = v;
     }

@@ -66,7 +66,7 @@ static inline double ad__nan_with(double v, double w)
 static inline ad_real ad_add_rr(ad_real a, ad_real b)
 {
     if (a.id && b.id)
-        return ad__rec2(a.v + b.v, a, 1.0, b, 1.0, AD__OP_LINEAR);
+        return ad__rec2(a.v + b.v, a, 1.0, b, 1.0, AD__OP_ADD);
     ad_real r = b.id ? b : a;  /* the active one's ID and tag, if either is */
     r.v = a.v + b.v;
     return r;
@@ -75,7 +75,7 @@ static inline ad_real ad_add_rr(ad_real a, ad_real b)
 static inline ad_real ad_sub_rr(ad_real a, ad_real b)
 {
     if (b.id)
-        return ad__rec2(a.v - b.v, a, 1.0, b, -1.0, AD__OP_LINEAR);
+        return ad__rec2(a.v - b.v, a, 1.0, b, -1.0, AD__OP_SUB);
     ad_real r = {a.v - b.v, a.id, a.tag};
     return r;
 }
@@ -212,13 +212,13 @@ static inline double ad__select_weight(double a, double b, int a_wins)
 static inline ad_real ad_fmin_rr(ad_real a, ad_real b)
 {
     double w = ad__select_weight(a.v, b.v, a.v < b.v);
-    return ad__rec2(fmin(a.v, b.v), a, w, b, 1.0 - w, AD__OP_LINEAR);
+    return ad__rec2(fmin(a.v, b.v), a, w, b, 1.0 - w, AD__OP_FMIN);
 }
 
 static inline ad_real ad_fmax_rr(ad_real a, ad_real b)
 {
     double w = ad__select_weight(a.v, b.v, a.v > b.v);
-    return ad__rec2(fmax(a.v, b.v), a, w, b, 1.0 - w, AD__OP_LINEAR);
+    return ad__rec2(fmax(a.v, b.v), a, w, b, 1.0 - w, AD__OP_FMAX);
 }
 
 /* The mixed forms: a constant argument is an ad_real with ID 0, which the
@@ -241,7 +241,7 @@ static inline double ad_pow_dd(double a, double b) { return pow(a, b); }
 
 /* ---- unary operations ---- */
 
-static inline ad_real ad_neg_r(ad_real x) { return ad__rec1(-x.v, x, -1.0, AD__OP_LINEAR, 0.0); }
+static inline ad_real ad_neg_r(ad_real x) { return ad__rec1(-x.v, x, -1.0, AD__OP_NEG, 0.0); }
 static inline double ad_neg_d(double x) { return -x; }
 
 /* sqrt and cbrt at 0: the one-sided derivative, +Inf (convention), at -0
@@ -350,7 +350,7 @@ static inline ad_real ad_atanh_r(ad_real x)
 static inline ad_real ad_fabs_r(ad_real x)
 {
     double w = x.v > 0.0 ? 1.0 : x.v < 0.0 ? -1.0 : x.v == 0.0 ? 0.0 : x.v;
-    return ad__rec1(fabs(x.v), x, w, AD__OP_LINEAR, 0.0);
+    return ad__rec1(fabs(x.v), x, w, AD__OP_FABS, 0.0);
 }
 
 /* Through a double parameter: fabs() called on an int draws -Wabsolute-value. */

@@ -107,19 +107,22 @@ static inline void ad__check(ad__cursor *c, uint64_t key)
  * recording is active). */
 extern AD_API AD__THREAD_LOCAL ad__cursor *ad__active;
 
-/* What a record's operation was, for second-order recordings (ad_hvp):
- * the slow path computes the second partials from it and from the
- * arguments' values.  The fast path never reads it, so it costs nothing
- * there: each operation passes a constant. */
+/* What a record's operation was, for second-order recordings (ad_hvp),
+ * which compute the second partials from it and from the arguments'
+ * values, and for checked recordings (ad_set_checks), which name it.  The
+ * fast path never reads it, so it costs nothing there: each operation
+ * passes a constant.  Those before AD__OP_CURVED have no second partials. */
 enum {
-    AD__OP_LINEAR,  /* second partials all zero */
+    AD__OP_LINEAR, AD__OP_ADD, AD__OP_SUB, AD__OP_NEG, AD__OP_FABS, AD__OP_FMIN, AD__OP_FMAX,
+    AD__OP_AXPY, AD__OP_NARY, AD__OP_BLOCK, AD__OP_OUT,
     AD__OP_MUL, AD__OP_DIV, AD__OP_POW, AD__OP_POW_RD, AD__OP_POW_DR, AD__OP_ATAN2,
     AD__OP_HYPOT, AD__OP_SQRT, AD__OP_CBRT, AD__OP_EXP, AD__OP_EXPM1, AD__OP_LOG,
     AD__OP_LOG1P, AD__OP_LOG2, AD__OP_LOG10, AD__OP_SIN, AD__OP_COS, AD__OP_TAN,
     AD__OP_ASIN, AD__OP_ACOS, AD__OP_ATAN, AD__OP_SINH, AD__OP_COSH, AD__OP_TANH,
     AD__OP_ASINH, AD__OP_ACOSH, AD__OP_ATANH, AD__OP_ERF, AD__OP_ERFC, AD__OP_LGAMMA,
-    AD__OP_TGAMMA
+    AD__OP_TGAMMA, AD__OP_COUNT
 };
+#define AD__OP_CURVED AD__OP_MUL
 
 /* Out of line: opens the next chunk, records with second partials in a
  * second-order recording, or reports that the record cannot be taken (idle
@@ -236,7 +239,7 @@ enum { AD__NARY_LINEAR, AD__NARY_DOT, AD__NARY_SQNORM, AD__NARY_PROD, AD__NARY_L
  * shared cursor, whose room they were taken from.  A second-order recording
  * (end == NULL) keeps the header of a lone slot too: slots have no second
  * partials of their own, their header's kind gives them. */
-static inline uint32_t ad__slots_end(ad__slots s, int kind)
+static inline uint32_t ad__slots_end(ad__slots s, int kind, double v)
 {
     ad__cursor *c = ad__active;
     if (!s.any || !s.cur || !c->cur)  /* c->cur: the recording failed meanwhile */
@@ -245,7 +248,7 @@ static inline uint32_t ad__slots_end(ad__slots s, int kind)
     c->cur = s.cur;
     if (s.count == 1 && c->end)
         return (uint32_t)(c->next - 1);
-    return ad__push(c, (uint32_t)s.count, (double)kind, AD__NARY, 0.0);
+    return ad__push_at(c, (uint32_t)s.count, (double)kind, AD__NARY, 0.0, AD__OP_NARY, 0.0, 0.0, v);
 }
 
 AD__EXTERN_C_END

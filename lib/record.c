@@ -49,7 +49,7 @@ ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n, const double
      * argument would have been (record.h, ad__check). */
     const ad__cursor *c = &t->cursor;
     for (size_t j = 0; j < m; j++)
-        if (t->outputs[j].id && ad__key(t->outputs[j]) - c->key1 >= c->next - 1)
+        if (t->outputs[j].id && ad__key(t->outputs[j]) - c->key0 >= c->next)
             return AD_EFOREIGN;
     return AD_OK;
 }

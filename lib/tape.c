@@ -201,10 +201,10 @@ static uint64_t new_serial(ad_thread *th)
 
 /* A recording's tag is its serial number mod 2^32, never 0, the
  * constants' (docs/conventions.md, "Values of other recordings"). */
-static uint64_t key1_of(uint64_t serial)
+static uint64_t key0_of(uint64_t serial)
 {
     uint32_t tag = (uint32_t)serial;
-    return ad__key_of(1, tag ? tag : 1);
+    return ad__key_of(0, tag ? tag : 1);
 }
 
 ad_status ad_tape_begin(ad_tape *t, ad_thread *th, size_t n, int second)
@@ -225,7 +225,7 @@ ad_status ad_tape_begin(ad_tape *t, ad_thread *th, size_t n, int second)
     for (; t->inputs_named < n; t->inputs_named++)
         t->inputs[t->inputs_named].id = (uint32_t)(t->inputs_named + 1);
     t->serial = new_serial(th);
-    t->cursor.key1 = key1_of(t->serial);
+    t->cursor.key0 = key0_of(t->serial);
     uint32_t tag = ad__tag(&t->cursor);
     for (size_t i = 0; i < n; i++)
         t->inputs[i].tag = tag;
@@ -397,7 +397,7 @@ int ad_reals_mine(ad_tape *t, size_t n, const ad_real *x)
 {
     const ad__cursor *c = &t->cursor;
     for (size_t i = 0; i < n; i++)
-        if (x[i].id && ad__key(x[i]) - c->key1 >= c->next - 1) {
+        if (x[i].id && ad__key(x[i]) - c->key0 >= c->next) {
             ad__foreign(&t->cursor, ad__key(x[i]));
             return 0;
         }
@@ -414,7 +414,7 @@ ad_status ad_fail_recording(ad_status s)
 
 ad__slots ad__slots_more(ad__slots s)
 {
-    ad__slots none = {NULL, NULL, s.count, s.key1, s.span, s.any, 1};
+    ad__slots none = {NULL, NULL, s.count, s.key0, s.span, s.any, 1};
     if (!recording())
         return none;
     ad_tape *t = (ad_tape *)ad__active;
@@ -422,7 +422,7 @@ ad__slots ad__slots_more(ad__slots s)
         /* Only constants so far, all in this room (nothing is committed
          * before an active argument): they contribute nothing, so write
          * over them rather than commit slots that no record would own. */
-        ad__slots again = {t->cursor.cur, t->room_end, 0, s.key1, s.span, 0, 0};
+        ad__slots again = {t->cursor.cur, t->room_end, 0, s.key0, s.span, 0, 0};
         return again;
     }
     if (s.cur)
@@ -435,6 +435,6 @@ ad__slots ad__slots_more(ad__slots s)
         }
     }
     /* The slots need no second partials: their header's kind gives them. */
-    ad__slots more = {t->cursor.cur, t->room_end, s.count, s.key1, s.span, s.any, 0};
+    ad__slots more = {t->cursor.cur, t->room_end, s.count, s.key0, s.span, s.any, 0};
     return more;
 }

@@ -73,16 +73,17 @@ typedef struct ad__record {
 typedef struct ad__cursor {
     ad__record *cur, *end;
     uint64_t next;   /* 64-bit: a uint32_t could alias the records' argument IDs, forcing a reload per record */
-    uint64_t key1;   /* the key (below) of this recording's ID 1; 0 when idle */
+    uint64_t key0;   /* the key (below) of ID 0 with this recording's tag; 0 when idle */
 } ad__cursor;
 
 /* Every ad_real carries the tag of the recording that made it (0 for a
- * constant).  Its key, tag << 32 | ID, is one register where the value is
- * passed, and belongs to the active recording exactly when key - key1 <
- * next - 1: the tag matches and the ID names a record already made, so
- * that one compare both catches a value of another recording and keeps a
- * stale ID off the tape.  A constant (ID 0) fails that compare too, and is
- * let through by a second test, off the hot path. */
+ * constant made by ad_const).  Its key, tag << 32 | ID, is one register
+ * where the value is passed, and belongs to the active recording when
+ * key - key0 < next: the tag matches and the ID names a record already
+ * made (or is 0), so that one compare both catches a value of another
+ * recording and keeps a stale ID off the tape.  A constant of another tag
+ * fails that compare too, and is let through by a second test, off the
+ * hot path. */
 static inline uint64_t ad__key_of(uint32_t id, uint32_t tag)
 {
     return (uint64_t)tag << 32 | id;
@@ -90,7 +91,7 @@ static inline uint64_t ad__key_of(uint32_t id, uint32_t tag)
 
 static inline uint32_t ad__tag(const ad__cursor *c)
 {
-    return (uint32_t)(c->key1 >> 32);
+    return (uint32_t)(c->key0 >> 32);
 }
 
 /* Out of line: an active value whose key is not the recording's fails the
@@ -99,7 +100,7 @@ AD_API void ad__foreign(ad__cursor *c, uint64_t key);
 
 static inline void ad__check(ad__cursor *c, uint64_t key)
 {
-    if (AD__UNLIKELY(key - c->key1 >= c->next - 1) && (uint32_t)key)
+    if (AD__UNLIKELY(key - c->key0 >= c->next) && (uint32_t)key)
         ad__foreign(c, key);
 }
 
@@ -184,7 +185,7 @@ static inline uint32_t ad__push(ad__cursor *c, uint32_t a, double wa, uint32_t b
 typedef struct ad__slots {
     ad__record *cur, *end;
     uint64_t count;  /* slots written, committed or not */
-    uint64_t key1, span;  /* an argument's key k is the recording's if k - key1 < span */
+    uint64_t key0, span;  /* an argument's key k is the recording's if k - key0 < span */
     uint32_t any;    /* nonzero once an active argument was written */
     int dead;        /* no more room will come: stop asking */
 } ad__slots;
@@ -194,14 +195,14 @@ AD_API ad__slots ad__slots_more(ad__slots s);
 static inline ad__slots ad__slots_begin(void)
 {
     ad__cursor *c = ad__active;
-    ad__slots s = {c->cur, c->end, 0, c->key1, c->next - 1, 0, 0};
+    ad__slots s = {c->cur, c->end, 0, c->key0, c->next, 0, 0};
     return s;
 }
 
 /* Checks an argument of the run against the recording (ad__check). */
 static inline void ad__slots_check(const ad__slots *s, uint64_t key)
 {
-    if (AD__UNLIKELY(key - s->key1 >= s->span) && (uint32_t)key)
+    if (AD__UNLIKELY(key - s->key0 >= s->span) && (uint32_t)key)
         ad__foreign(ad__active, key);
 }
 

@@ -242,8 +242,9 @@ AD_API ad_status ad_tape_dot(FILE *out, size_t max_records);
  * thread's recordings check every record: the first whose value or partial
  * is Inf or NaN although its arguments are finite (log(-1), exp(1000),
  * 0/0, a primitive's or an external function's output), and, in the
- * reverse sweep of ad_gradient and ad_vjp, the first cotangent that a
- * finite cotangent times a finite partial makes Inf or NaN, stops the call
+ * reverse sweep of ad_gradient and ad_vjp (the forward sweep of ad_jvp),
+ * the first cotangent (tangent) that a finite cotangent (tangent) times a
+ * finite partial makes Inf or NaN, stops the call
  * with AD_ENONFINITE; ad_last_fault() then says which operation, under which
  * label (ad_where).  AD_CHECK_TRACE keeps each record's operation, value and
  * label for ad_tape_dump and ad_tape_dot without checking.  Checked
@@ -262,7 +263,8 @@ AD_API void ad_where(const char *label);
 
 typedef enum ad_phase {
     AD_PHASE_RECORD,  /* the forward pass: f being recorded */
-    AD_PHASE_REVERSE  /* a reverse sweep */
+    AD_PHASE_REVERSE, /* a reverse sweep */
+    AD_PHASE_TANGENT  /* a forward (tangent) sweep */
 } ad_phase;
 
 typedef struct ad_fault {
@@ -274,8 +276,9 @@ typedef struct ad_fault {
     double arg[2];       /* the arguments' values */
     double value;        /* the record's value */
     double partial[2];   /* its local partials (NaN where it has none) */
-    double cotangent;    /* AD_PHASE_REVERSE: the record's cotangent */
-    uint32_t target;     /* AD_PHASE_REVERSE: the ID whose cotangent became non-finite */
+    double cotangent;    /* AD_PHASE_REVERSE: the record's cotangent; AD_PHASE_TANGENT: the
+                            argument's tangent */
+    uint32_t target;     /* the ID whose cotangent (tangent) became non-finite */
 } ad_fault;
 
 /* The fault that stopped the calling thread's last call with AD_ENONFINITE:

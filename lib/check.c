@@ -4,8 +4,8 @@
  * calls ad_check_record: it keeps the record's value, operation and label
  * (ad_info, in chunks beside the tape's) and stops the recording at the
  * first record that makes a non-finite number from finite ones.  A reverse
- * sweep whose results are not all finite is run again here, plainly and
- * unscaled, to find the first contribution that overflows. */
+ * or forward sweep whose results are not all finite is run again here,
+ * plainly and unscaled, to find the first contribution that overflows. */
 #include <math.h>
 #include <string.h>
 
@@ -288,6 +288,107 @@ ad_status ad_check_reverse(ad_tape *t, size_t m, const double *w, uint32_t top)
     }
     memset(t->adj, 0, ((size_t)top + 1) * sizeof *t->adj);
     t->adj_zero = (size_t)top + 1;
+    if (!s.found)
+        return AD_OK;
+    ad_thread *th = ad_thread_self();
+    th->fault = s.f;
+    th->has_fault = 1;
+    return AD_ENONFINITE;
+}
+
+/* ---- the checked forward sweep ---- */
+
+unsigned char *ad_slot_marks(const ad_tape *t, uint32_t top)
+{
+    size_t n = top >= t->first ? (size_t)(top + 1 - t->first) : 0;
+    unsigned char *slot = ad_alloc(n ? n : 1);
+    if (!slot)
+        return NULL;
+    memset(slot, 0, n ? n : 1);
+    for (uint32_t id = top; id >= t->first && id > 0; id--) {
+        const ad__record *r = ad_tape_record(t, id);
+        if (r->b != AD__NARY)
+            continue;
+        for (uint32_t k = 1; k <= r->a; k++)
+            slot[id - k - t->first] = 1;
+        id -= r->a;
+    }
+    return slot;
+}
+
+/* tan[id] += w tan[from], noting the first term that makes a non-finite
+ * tangent from finite numbers. */
+static void term(sweep *s, uint32_t id, uint32_t from, double w, int slot)
+{
+    if (!from)
+        return;
+    double before = s->adj[id], d = s->adj[from];
+    s->adj[id] += w * d;
+    if (s->found || isfinite(s->adj[id]) || !isfinite(before) || !isfinite(w) || !isfinite(d))
+        return;
+    const ad_info *i = ad_tape_info(s->t, id);
+    const char *op = ad_op_name(s->t, id);
+    s->f = fault_at(s->t, id, op ? op : "?", i ? i->label : NULL, AD_PHASE_TANGENT);
+    s->f.value = ad_tape_value(s->t, id);
+    s->f.cotangent = d;
+    s->f.partial[0] = slot == 0 ? w : NAN;
+    s->f.partial[1] = slot == 1 ? w : NAN;
+    s->f.target = id;
+    s->found = 1;
+}
+
+static void forward_block(sweep *s, const ad__record *r, uint32_t hid)
+{
+    const ad_block *b = ad_block_of(s->t, r);
+    const uint32_t *ids = ad_block_ids(b);
+    size_t nargs = (size_t)b->nargs + b->run_len;
+    int in_finite = 1;
+    for (size_t i = 0; i < nargs; i++)
+        in_finite &= isfinite(s->adj[block_arg(b, ids, i)]) != 0;
+    ad_block_forward(s->t, r, hid, s->adj, 1);
+    for (uint32_t j = 1; j <= b->nout && in_finite && !s->found; j++)
+        if (!isfinite(s->adj[hid + j])) {
+            const ad_info *info = ad_tape_info(s->t, hid);
+            const char *op = b->kind->foreign ? "external" : b->kind->name;
+            s->f = fault_at(s->t, hid, op, info ? info->label : NULL, AD_PHASE_TANGENT);
+            s->f.target = hid + j;
+            s->found = 1;
+        }
+}
+
+ad_status ad_check_forward(ad_tape *t, const double *v, uint32_t top)
+{
+    if (!(t->checks & AD_CHECK_FINITE))
+        return AD_OK;
+    unsigned char *slot = ad_slot_marks(t, top);
+    if (!slot)
+        return AD_ENOMEM;
+    sweep s = {t, t->adj, {0}, 0};
+    t->adj[0] = 0.0;
+    for (uint32_t i = 1; i < t->first; i++)
+        t->adj[i] = v[i - 1];
+    for (uint32_t id = t->first; id <= top && !s.found; id++) {
+        const ad__record *r = ad_tape_record(t, id);
+        if (slot[id - t->first] || r->b == AD__OUT)
+            continue;
+        if (r->b == AD__BLOCK) {
+            forward_block(&s, r, id);
+            continue;
+        }
+        t->adj[id] = 0.0;
+        if (r->b < AD__ID_END) {
+            term(&s, id, r->a, r->wa, 0);
+            term(&s, id, r->b, r->wb, 1);
+            continue;
+        }
+        for (uint32_t k = r->a; k >= 1 && !s.found; k--) {  /* the run, in the sweeps' order */
+            const ad__record *q = ad_tape_record(t, id - k);
+            term(&s, id, q->a, q->wa, 0);
+            term(&s, id, q->b, q->wb, 1);
+        }
+    }
+    ad_free(slot);
+    t->adj_zero = 0;
     if (!s.found)
         return AD_OK;
     ad_thread *th = ad_thread_self();

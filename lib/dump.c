@@ -1,6 +1,5 @@
 /* dualrev: a readable listing of a small tape, and its picture (DOT). */
 #include <stdio.h>
-#include <string.h>
 
 #include "block.h"
 
@@ -116,26 +115,6 @@ static void dot_record(FILE *out, const ad_tape *t, uint32_t id)
     }
 }
 
-/* slot[k] set for the records first + k that are slots of an n-ary run:
- * drawn as their header's edges, not as nodes. */
-static unsigned char *run_slots(const ad_tape *t, uint32_t top)
-{
-    size_t n = (size_t)(top + 1 - t->first);
-    unsigned char *slot = ad_alloc(n ? n : 1);
-    if (!slot)
-        return NULL;
-    memset(slot, 0, n ? n : 1);
-    for (uint32_t id = top; id >= t->first && id > 0; id--) {
-        const ad__record *r = ad_tape_record(t, id);
-        if (r->b != AD__NARY)
-            continue;
-        for (uint32_t k = 1; k <= r->a; k++)
-            slot[id - k - t->first] = 1;
-        id -= r->a;
-    }
-    return slot;
-}
-
 ad_status ad_tape_dot(FILE *out, size_t max_records)
 {
     const ad_tape *t;
@@ -143,7 +122,7 @@ ad_status ad_tape_dot(FILE *out, size_t max_records)
     if (s != AD_OK)
         return s;
     uint32_t top = ad_tape_top(t);
-    unsigned char *slot = run_slots(t, top);
+    unsigned char *slot = ad_slot_marks(t, top);  /* drawn as their header's edges */
     if (!slot)
         return AD_ENOMEM;
     fputs("digraph tape {\n  rankdir=BT;\n  node [fontname=\"Helvetica\", fontsize=10];\n"

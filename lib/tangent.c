@@ -66,7 +66,8 @@ ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv)
         ad_tangent(t, t->adj, hi, 1);
         for (size_t j = 0; j < m; j++)
             jv[j] = t->adj[t->outputs[j].id];
-        if (!ad_watch_again(&watch, ad_unscale(jv, 1, jv, 1, m, scale)))
-            return AD_OK;
+        int finite = ad_unscale(jv, 1, jv, 1, m, scale);
+        if (!ad_watch_again(&watch, finite))
+            return finite || !t->checks ? AD_OK : ad_check_forward(t, v, hi);
     }
 }

@@ -123,6 +123,11 @@ AD_HIDDEN int ad_check_block(ad_tape *t, const char *name, size_t n, const doubl
  * plainly, checking each contribution; AD_ENONFINITE at the first that
  * overflows from finite numbers, else AD_OK. */
 AD_HIDDEN ad_status ad_check_reverse(ad_tape *t, size_t m, const double *w, uint32_t top);
+/* The same for a forward sweep seeded with v (ad_forward). */
+AD_HIDDEN ad_status ad_check_forward(ad_tape *t, const double *v, uint32_t top);
+/* One byte per record first..top, set for the slots of n-ary runs (whose
+ * IDs nothing references); NULL if out of memory.  ad_free it. */
+AD_HIDDEN unsigned char *ad_slot_marks(const ad_tape *t, uint32_t top);
 /* An operation's name (op: record.h's AD__OP_*; an n-ary header's kind). */
 AD_HIDDEN const char *ad_op_name(const ad_tape *t, uint32_t id);
 /* The record's ad_info, in a checked recording (NULL otherwise). */

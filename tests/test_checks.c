@@ -159,6 +159,47 @@ static void test_every_driver(void **state)
     assert_int_equal(ad_vjp(faulty_fn, &kind, 2, at, 2, w, y, out), AD_ENONFINITE);
     assert_int_equal(ad_last_fault(&f), AD_OK);
     assert_int_equal(f.phase, AD_PHASE_REVERSE);
+    assert_string_equal(f.label, "the faulty part");
+    /* a linearisation keeps its recording's checks */
+    assert_int_equal(ad_linearize(faulty_fn, &kind, 2, at, 2, y, &L), AD_OK);
+    ad_set_checks(0);
+    double wj[2] = {0.0, 0.0};
+    assert_int_equal(ad_linear_vjp(L, w, wj), AD_ENONFINITE);
+    assert_nan(wj[0]);
+    assert_nan(wj[1]);
+    assert_int_equal(ad_last_fault(&f), AD_OK);
+    assert_string_equal(f.op, "mul");
+    ad_linear_free(L);
+    ad_set_checks(old);
+}
+
+/* A tangent that overflows: x 1e300, then x 1e300 again, along v = 1e10. */
+static void tangent_fn(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
+{
+    (void)n, (void)m, (void)ctx;
+    ad_where("growth");
+    y[0] = ad_mul(ad_mul(ad_mul(x[0], 1e-300), 1e300), 1e300);
+    ad_where(NULL);
+}
+
+static void test_tangent_overflow(void **state)
+{
+    const double x = 1.0, v = 1.0;
+    double y, jv;
+    ad_fault f;
+    (void)state;
+    unsigned old = ad_set_checks(AD_CHECK_FINITE);
+    assert_int_equal(ad_jvp(tangent_fn, NULL, 1, &x, &v, 1, &y, &jv), AD_OK);
+    assert_same(jv, 1e300);
+    const double big = 1e10;
+    assert_int_equal(ad_jvp(tangent_fn, NULL, 1, &x, &big, 1, &y, &jv), AD_ENONFINITE);
+    assert_nan(jv);
+    assert_int_equal(ad_last_fault(&f), AD_OK);
+    assert_string_equal(f.op, "mul");
+    assert_string_equal(f.label, "growth");
+    assert_int_equal(f.phase, AD_PHASE_TANGENT);
+    assert_same(f.partial[0], 1e300);
+    assert_int_equal(f.target, f.id);
     ad_set_checks(old);
 }
 
@@ -265,6 +306,7 @@ int main(void)
         cmocka_unit_test(test_fault_named),
         cmocka_unit_test(test_off_by_default),
         cmocka_unit_test(test_every_driver),
+        cmocka_unit_test(test_tangent_overflow),
         cmocka_unit_test(test_checked_equals_unchecked),
         cmocka_unit_test(test_non_finite_inputs_not_faults),
         cmocka_unit_test(test_dump_and_dot_name_operations),

@@ -29,8 +29,9 @@ AD__EXTERN_C_BEGIN
 
 /* A differentiable scalar.  Pass and return it by value; read it with
  * ad_value().  Treat the fields as read-only.  An ad_real made while an
- * objective is being recorded belongs to that recording and means nothing
- * after ad_gradient() returns. */
+ * objective is being recorded belongs to that recording and carries its
+ * tag: used in, or returned to, any other recording (a later call, another
+ * thread, another nesting level) it fails that one with AD_EFOREIGN. */
 typedef struct ad_real {
     double v;      /* primal value */
     uint32_t id;   /* record ID; 0 = constant */

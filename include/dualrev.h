@@ -29,12 +29,35 @@ AD__EXTERN_C_BEGIN
 
 /* A differentiable scalar.  Pass and return it by value; read it with
  * ad_value().  Treat the fields as read-only.  An ad_real made while an
- * objective is being recorded belongs to that recording and means nothing
- * after ad_gradient() returns. */
+ * objective is being recorded belongs to that recording and carries its
+ * tag: used in, or returned to, any other recording (a later call, another
+ * thread, another nesting level) it fails that one with AD_EFOREIGN. */
 typedef struct ad_real {
-    double v;     /* primal value */
-    uint32_t id;  /* record ID; 0 = constant */
+    double v;      /* primal value */
+    uint32_t id;   /* record ID; 0 = constant */
+    uint32_t tag;  /* the recording that made it (record.h); 0 for a constant */
 } ad_real;
+
+/* The tag fills what was padding: an ad_real is two registers, passed and
+ * returned in them. */
+#ifdef __cplusplus
+static_assert(sizeof(ad_real) == 16, "ad_real is 16 bytes");
+#else
+_Static_assert(sizeof(ad_real) == 16, "ad_real is 16 bytes");
+#endif
+
+static inline uint64_t ad__key(ad_real x)
+{
+    return ad__key_of(x.id, x.tag);
+}
+
+/* A value that a primitive recorded as `id` (0: a constant) on the active
+ * recording. */
+static inline ad_real ad__made(double v, uint32_t id)
+{
+    ad_real r = {v, id, id ? ad__tag(ad__active) : 0};
+    return r;
+}
 
 typedef enum ad_status {
     AD_OK = 0,
@@ -42,9 +65,10 @@ typedef enum ad_status {
     AD_ENOMEM,    /* memory for the tape or the cotangents ran out */
     AD_ERANGE,    /* the recording outgrew the record ID range or the tape limit */
     AD_ENESTING,  /* ad_gradient nested deeper than AD_MAX_NESTING */
-    AD_EFOREIGN,  /* the objective returned a value from another recording */
+    AD_EFOREIGN,  /* a value from another recording was used (or returned) */
     AD_EBUSY,     /* the call is not allowed while a recording is active */
-    AD_ENOTSUP    /* a record on the tape has no rule for this sweep */
+    AD_ENOTSUP,   /* a record on the tape has no rule for this sweep */
+    AD_ENONFINITE /* AD_CHECK_FINITE: a number became Inf or NaN from finite ones (ad_last_fault) */
 } ad_status;
 
 /* How deeply ad_gradient calls may nest inside objectives on one thread. */
@@ -67,7 +91,7 @@ AD_API const char *ad_strerror(ad_status s);
 
 static inline ad_real ad_const(double c)
 {
-    ad_real r = {c, 0};
+    ad_real r = {c, 0, 0};
     return r;
 }
 
@@ -204,9 +228,65 @@ typedef struct ad_tape_stats {
 AD_API ad_status ad_tape_stats_get(ad_tape_stats *out);
 
 /* Print the records of this thread's last top-level recording (at most
- * max_records of them): ID, argument IDs and partials.  For looking at small
- * tapes; AD_EINVAL if there is no complete recording, AD_EBUSY inside one. */
+ * max_records of them): ID, operation, argument IDs and partials (and
+ * values, when it was checked).  For looking at small tapes; AD_EINVAL if
+ * there is no complete recording, AD_EBUSY inside one. */
 AD_API ad_status ad_tape_dump(FILE *out, size_t max_records);
+
+/* The same records as a graphviz DOT graph (dot -Tsvg): inputs and records
+ * as nodes, an edge from each argument labelled with its partial. */
+AD_API ad_status ad_tape_dot(FILE *out, size_t max_records);
+
+/* ---- checks: where did the NaN come from? ----
+ *
+ * Off by default, at no cost.  With AD_CHECK_FINITE set, the calling
+ * thread's recordings check every record: the first whose value or partial
+ * is Inf or NaN although its arguments are finite (log(-1), exp(1000),
+ * 0/0, a primitive's or an external function's output), and, in the
+ * reverse sweep of ad_gradient and ad_vjp (the forward sweep of ad_jvp),
+ * the first cotangent (tangent) that a finite cotangent (tangent) times a
+ * finite partial makes Inf or NaN, stops the call
+ * with AD_ENONFINITE; ad_last_fault() then says which operation, under which
+ * label (ad_where).  AD_CHECK_TRACE keeps each record's operation, value and
+ * label for ad_tape_dump and ad_tape_dot without checking.  Checked
+ * recordings take the slow path for every record (a few times slower). */
+#define AD_CHECK_FINITE 1u
+#define AD_CHECK_TRACE 2u
+
+/* Sets the calling thread's checks (AD_CHECK_* or'd, 0 for none) for the
+ * recordings it begins from now on; returns the previous flags. */
+AD_API unsigned ad_set_checks(unsigned flags);
+
+/* Labels what the calling thread records from now on ("rk4 step",
+ * "prior"): faults and DOT pictures name it.  The string is not copied: it
+ * must outlive the recordings made under it.  NULL clears the label. */
+AD_API void ad_where(const char *label);
+
+typedef enum ad_phase {
+    AD_PHASE_RECORD,  /* the forward pass: f being recorded */
+    AD_PHASE_REVERSE, /* a reverse sweep */
+    AD_PHASE_TANGENT  /* a forward (tangent) sweep */
+} ad_phase;
+
+typedef struct ad_fault {
+    const char *op;      /* the operation: "log", "div", "ad_logsumexp", "external", ... */
+    const char *label;   /* the label in force when the record was made, or NULL */
+    uint32_t id;         /* the record's ID (its result's) */
+    ad_phase phase;
+    size_t nargs;        /* how many of arg[] are set (0 to 2; an n-ary record's are not) */
+    double arg[2];       /* the arguments' values */
+    double value;        /* the record's value */
+    double partial[2];   /* its local partials (NaN where it has none) */
+    double cotangent;    /* AD_PHASE_REVERSE: the record's cotangent; AD_PHASE_TANGENT: the
+                            argument's tangent */
+    uint32_t target;     /* the ID whose cotangent (tangent) became non-finite */
+} ad_fault;
+
+/* The fault that stopped the calling thread's last call with AD_ENONFINITE:
+ * AD_OK and *out filled, or AD_EINVAL (out NULL, or no fault since the
+ * thread's last recording began).  The strings are the library's and the
+ * user's label: valid while the label is. */
+AD_API ad_status ad_last_fault(ad_fault *out);
 
 /* Give the calling thread's tape memory, and the arrays ad_csr_free kept,
  * back to the system.  AD_EBUSY while a recording is active on this thread.

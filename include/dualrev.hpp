@@ -176,7 +176,7 @@ constexpr T constant(double c) noexcept
     static_assert(std::is_same_v<T, real> || std::is_arithmetic_v<T>,
                   "ad::constant<T>: T is ad::real or an arithmetic type");
     if constexpr (std::is_same_v<T, real>)
-        return real{c, 0};
+        return real{c, 0, 0};
     else
         return static_cast<T>(c);
 }

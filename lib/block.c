@@ -59,7 +59,7 @@ uint32_t ad_block_record(ad_tape *t, size_t offset)
     /* t is the recording tape, so its cursor is the active one; passed,
      * as a thread-local lookup costs a call in a shared library. */
     ad__cursor *c = &t->cursor;
-    uint32_t hid = ad__push_at(c, b->nout, off, AD__BLOCK, 0.0, AD__OP_LINEAR, 0.0, 0.0, 0.0);
+    uint32_t hid = ad__push_at(c, b->nout, off, AD__BLOCK, 0.0, AD__OP_BLOCK, 0.0, 0.0, 0.0);
     if (!hid)
         return 0;
     t->no_jvp += !b->kind->jvp && !b->kind->forward;
@@ -78,7 +78,7 @@ uint32_t ad_block_record(ad_tape *t, size_t offset)
         c->next += b->nout;
     }
     for (; j <= b->nout; j++)
-        if (!ad__push_at(c, j, 0.0, AD__OUT, 0.0, AD__OP_LINEAR, 0.0, 0.0, 0.0))
+        if (!ad__push_at(c, j, 0.0, AD__OUT, 0.0, AD__OP_OUT, 0.0, 0.0, 0.0))
             return 0;
     return hid + 1;
 }

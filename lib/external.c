@@ -79,6 +79,8 @@ ad_status ad_external(const ad_rule *rule, void *ctx, size_t n, const ad_real *x
     ad_tape *t = ad_recording();
     if (!t || !ad_any_active(n, x) || m == 0)
         return run_plain(rule, ctx, n, x, m, y);
+    if (!ad_reals_mine(t, n, x))
+        return fail(AD_EFOREIGN, m, y);
     if (n >= AD__ID_END || m >= AD__ID_END ||
         n + m > (SIZE_MAX - sizeof(external)) / (sizeof(double) + sizeof(uint32_t)))
         return fail(AD_ERANGE, m, y);
@@ -104,9 +106,9 @@ ad_status ad_external(const ad_rule *rule, void *ctx, size_t n, const ad_real *x
     if (!first)
         return fail(t->status, m, y);
     e = (external *)ad_block_at(t, at);
-    for (size_t j = 0; j < m; j++) {
-        ad_real r = {ext_y(e)[j], first + (uint32_t)j};
-        y[j] = r;
-    }
+    if (!ad_check_block(t, "external", n, ext_x(e), m, ext_y(e), first))
+        return fail(AD_ENONFINITE, m, y);
+    for (size_t j = 0; j < m; j++)
+        y[j] = ad__made(ext_y(e)[j], first + (uint32_t)j);
     return AD_OK;
 }

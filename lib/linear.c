@@ -252,7 +252,10 @@ ad_status ad_linear_vjp(ad_linear *L, const double *w, double *wj)
         ad_fill_nan(wj, L ? L->n : 0);
         return AD_EINVAL;
     }
-    return ad_reverse(&L->tape, L->m, w, wj);
+    ad_status s = ad_reverse(&L->tape, L->m, w, wj);
+    if (s != AD_OK)
+        ad_fill_nan(wj, L->n);
+    return s;
 }
 
 void ad_linear_free(ad_linear *L)

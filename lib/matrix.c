@@ -484,6 +484,8 @@ ad_status ad_mat_record(size_t m, size_t n, const ad_real *A, ad_mat *M)
     ad_tape *t = ad_recording();
     if (!t || !ad_any_active(mn, A))
         return AD_OK;  /* not recorded: products read A */
+    if (!ad_reals_mine(t, mn, A))
+        return AD_EFOREIGN;
     if (mn >= AD__ID_END)
         return ad_fail_recording(AD_ERANGE);
     size_t size = sizeof(matrix) + mn * (2 * sizeof(double) + sizeof(uint32_t));
@@ -593,6 +595,10 @@ static void record_product(ad_tape *t, const ad_mat *M, const matrix *B, const a
 {
     size_t m = M->rows, n = M->cols, mn = m * n, nout = norm ? 1 : m;
     int x_active = xr && ad_any_active(n, xr);
+    if (x_active && !ad_reals_mine(t, n, xr)) {
+        ad_fill_nan_reals(y, norm ? 1 : m);
+        return;
+    }
     size_t values = n + m + (norm ? m : 0);
     size_t size = sizeof(product) + values * sizeof(double) + (x_active ? n * sizeof(uint32_t) : 0);
     size_t at = ad_block_new(t, size, (uint32_t)nout, x_active ? (uint32_t)n : 0, (uint32_t)mn);
@@ -634,10 +640,11 @@ static void record_product(ad_tape *t, const ad_mat *M, const matrix *B, const a
     for (size_t j = 0; norm && j < m; j++)
         sq += v[j] * v[j];  /* as ad_sqnorm */
     uint32_t first = ad_block_record(t, at);
-    for (size_t j = 0; j < nout; j++) {
-        ad_real r = {first ? (norm ? sq : v[j]) : NAN, first ? first + (uint32_t)j : 0};
-        y[j] = r;
-    }
+    if (first && !ad_check_block(t, norm ? "ad_mat_sqnorm" : "ad_mat_vec", n, x, nout,
+                                 norm ? &sq : v, first))
+        first = 0;
+    for (size_t j = 0; j < nout; j++)
+        y[j] = first ? ad__made(norm ? sq : v[j], first + (uint32_t)j) : ad_const(NAN);
 }
 
 /* Products not recorded: a constant matrix, or no recording. */
@@ -655,15 +662,17 @@ static void plain_product(const ad_mat *M, const ad_real *xr, const double *xd, 
                 double a = entry(M, j * n + l), b = entry(M, j * n + l + 1);
                 v += a * xr[l].v;
                 v += b * xr[l + 1].v;
+                ad__slots_check(&s, ad__key(xr[l]));
+                ad__slots_check(&s, ad__key(xr[l + 1]));
                 s = ad__slots_put(s, xr[l].id, a, xr[l + 1].id, b);
             }
             if (l < hi) {
                 double a = entry(M, j * n + l);
                 v += a * xr[l].v;
+                ad__slots_check(&s, ad__key(xr[l]));
                 s = ad__slots_put(s, xr[l].id, a, 0, 0.0);
             }
-            ad_real r = {v, ad__slots_end(s, AD__NARY_LINEAR)};
-            y[j] = r;
+            y[j] = ad__made(v, ad__slots_end(s, AD__NARY_LINEAR, v));
             continue;
         }
         double v = 0.0;

@@ -45,9 +45,11 @@ ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n, const double
     ad__active = outer;
     if (t->status != AD_OK)
         return t->status;
-    uint32_t top = ad_tape_top(t);
+    /* An output from another recording (or a stale ID) is refused, as an
+     * argument would have been (record.h, ad__check). */
+    const ad__cursor *c = &t->cursor;
     for (size_t j = 0; j < m; j++)
-        if (t->outputs[j].id > top)
+        if (t->outputs[j].id && ad__key(t->outputs[j]) - c->key0 >= c->next)
             return AD_EFOREIGN;
     return AD_OK;
 }

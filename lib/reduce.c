@@ -22,8 +22,9 @@ static double *scratch(ad_tape *t, size_t n)
 /* One n-ary record of x's active elements with partials w.  In a
  * second-order recording each slot's aux keeps its arguments' values, and
  * the header's the product of the constants', for ad_prod's second
- * partials (hessian.c). */
-static uint32_t record(ad_tape *t, size_t n, const ad_real *x, const double *w, int kind)
+ * partials (hessian.c).  v: the result's value. */
+static uint32_t record(ad_tape *t, size_t n, const ad_real *x, const double *w, int kind,
+                       double v)
 {
     ad__slots s = ad__slots_begin();
     size_t i = 0, k = SIZE_MAX;  /* k: an active element waiting for its pair */
@@ -37,12 +38,16 @@ static uint32_t record(ad_tape *t, size_t n, const ad_real *x, const double *w, 
             k = i;
             continue;
         }
+        ad__slots_check(&s, ad__key(x[k]));
+        ad__slots_check(&s, ad__key(x[i]));
         s = ad__slots_put(s, x[k].id, w[k], x[i].id, w[i]);
         k = SIZE_MAX;
     }
-    if (k != SIZE_MAX)
+    if (k != SIZE_MAX) {
+        ad__slots_check(&s, ad__key(x[k]));
         s = ad__slots_put(s, x[k].id, w[k], 0, 0.0);
-    uint32_t id = ad__slots_end(s, kind);
+    }
+    uint32_t id = ad__slots_end(s, kind, v);
     if (!id || !t->second)
         return id;
     /* hessian.c's prod_run keeps two numbers per argument in the work array. */
@@ -216,7 +221,7 @@ static void prefix_suffix_scaled(size_t n, const ad_real *x, double *w)
 
 ad_real ad_prod_r(size_t n, const ad_real *x)
 {
-    ad_real r = {1.0, 0};
+    ad_real r = ad_const(1.0);
     ad_tape *t = ad_recording();
     double *w = t && ad_any_active(n, x) ? scratch(t, n) : NULL;
     if (!w) {
@@ -233,8 +238,7 @@ ad_real ad_prod_r(size_t n, const ad_real *x)
             return r;
         prefix_suffix_scaled(n, x, w);
     }
-    r.id = record(t, n, x, w, AD__NARY_PROD);
-    return r;
+    return ad__made(r.v, record(t, n, x, w, AD__NARY_PROD, r.v));
 }
 
 /* The largest element; NaN if any is. */
@@ -288,7 +292,7 @@ static void softmax_at_infinity(size_t n, const ad_real *x, double hi, double *w
 /* The same arithmetic as ad_logsumexp_d, so the two values agree bitwise. */
 ad_real ad_logsumexp_r(size_t n, const ad_real *x)
 {
-    ad_real r = {max_r(n, x), 0};
+    ad_real r = ad_const(max_r(n, x));
     ad_tape *t = ad_recording();
     double *w = t && ad_any_active(n, x) ? scratch(t, n) : NULL;
     if (!isfinite(r.v)) {
@@ -308,7 +312,5 @@ ad_real ad_logsumexp_r(size_t n, const ad_real *x)
             w[i] /= sum;
         r.v += log(sum);
     }
-    if (w)
-        r.id = record(t, n, x, w, AD__NARY_LSE);
-    return r;
+    return w ? ad__made(r.v, record(t, n, x, w, AD__NARY_LSE, r.v)) : r;
 }

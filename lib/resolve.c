@@ -315,5 +315,7 @@ ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj)
         sum = ad_results(&r, wj, 1, t->adj + 1, 1, n);
         memset(t->adj, 0, (n + 1) * sizeof *t->adj);  /* the sink and the inputs */
     } while (ad_retry_next(&r, t, hi, sum));
+    if (r.status == AD_OK && t->checks && sum - sum != 0.0)
+        return ad_check_reverse(t, m, w, hi);  /* AD_CHECK_FINITE: which cotangent overflowed */
     return r.status;
 }

@@ -9,9 +9,10 @@ const char *ad_strerror(ad_status s)
     case AD_ENOMEM: return "out of memory for the tape or the cotangents";
     case AD_ERANGE: return "the recording outgrew the record ID range or the tape limit";
     case AD_ENESTING: return "ad_gradient nested deeper than AD_MAX_NESTING";
-    case AD_EFOREIGN: return "the objective returned a value that does not belong to its recording";
+    case AD_EFOREIGN: return "a value of another recording (an earlier call, another thread or nesting level) was used";
     case AD_EBUSY: return "not allowed while a recording is active on this thread";
     case AD_ENOTSUP: return "an external function on the tape has no rule for this sweep (jvp, or second order)";
+    case AD_ENONFINITE: return "a number became Inf or NaN from finite ones (AD_CHECK_FINITE; see ad_last_fault)";
     }
     return "unknown ad_status";
 }

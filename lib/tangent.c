@@ -127,5 +127,7 @@ ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv)
             ad_tangent(t, t->adj, hi, 1);
         sum = ad_results_of(&r, jv, 1, t->adj, 1, t->outputs, m);
     } while (ad_retry_next(&r, t, hi, sum));
+    if (r.status == AD_OK && t->checks && sum - sum != 0.0)
+        return ad_check_forward(t, v, hi);  /* AD_CHECK_FINITE: which tangent overflowed */
     return r.status;
 }

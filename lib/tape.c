@@ -6,7 +6,7 @@
 #include "second.h"
 #include "tape.h"
 
-static ad__cursor idle_cursor = {NULL, NULL, 0};
+static ad__cursor idle_cursor = {NULL, NULL, 0, 0};
 _Thread_local ad__cursor *ad__active = &idle_cursor;
 
 static _Thread_local ad_thread self;
@@ -79,6 +79,7 @@ void ad_tape_free(ad_tape *t)
     ad_free(t->work);
     ad_free(t->flags);
     free_chunks((void **)t->aux, t->naux);
+    free_chunks((void **)t->info, t->ninfo);
     ad_free(t->tan2);
     memset(t, 0, sizeof *t);
 }
@@ -146,11 +147,12 @@ ad_status ad_reserve(void **buf, size_t *cap, size_t need, size_t elem)
     return AD_OK;
 }
 
-/* The second partials' chunk beside chunk k, allocated on first use. */
-static ad_status open_aux(ad_tape *t, size_t k)
+/* The chunk of `bytes` per record beside chunk k in a side table (second
+ * partials, checked records' info), allocated on first use. */
+static ad_status open_side(void ***side, size_t *n, size_t *cap, size_t k, size_t bytes)
 {
-    while (k >= t->naux) {
-        ad_status s = add_chunks((void ***)&t->aux, &t->naux, &t->aux_cap, AD_CHUNK * sizeof(ad_aux));
+    while (k >= *n) {
+        ad_status s = add_chunks(side, n, cap, AD_CHUNK * bytes);
         if (s != AD_OK)
             return s;
     }
@@ -171,15 +173,19 @@ static ad_status open_chunk(ad_tape *t)
     ad__record *c = t->chunks[t->open++];
     t->cursor.cur = c;
     t->room_end = c + (room < AD_CHUNK ? room : AD_CHUNK);
-    t->cursor.end = t->second ? NULL : t->room_end;
-    t->second_end = NULL;
-    if (!t->second)
-        return AD_OK;
-    ad_status s = open_aux(t, t->open - 1);
-    if (s == AD_OK) {
-        t->second_end = t->room_end;
-        t->aux_shift = (uintptr_t)t->aux[t->open - 1] - (uintptr_t)c;
+    int slow = t->second || t->checks;
+    t->cursor.end = slow ? NULL : t->room_end;
+    t->slow_end = NULL;
+    ad_status s = AD_OK;
+    if (t->second) {
+        s = open_side((void ***)&t->aux, &t->naux, &t->aux_cap, t->open - 1, sizeof(ad_aux));
+        if (s == AD_OK)
+            t->aux_shift = (uintptr_t)t->aux[t->open - 1] - (uintptr_t)c;
     }
+    if (s == AD_OK && t->checks)
+        s = open_side((void ***)&t->info, &t->ninfo, &t->info_cap, t->open - 1, sizeof(ad_info));
+    if (s == AD_OK && slow)
+        t->slow_end = t->room_end;
     return s;
 }
 
@@ -196,6 +202,14 @@ static uint64_t new_serial(ad_thread *th)
         th->serial_end = th->serial_next + SERIAL_BLOCK;
     }
     return th->serial_next++;
+}
+
+/* A recording's tag is its serial number mod 2^32, never 0, the
+ * constants' (docs/conventions.md, "Values of other recordings"). */
+static uint64_t key0_of(uint64_t serial)
+{
+    uint32_t tag = (uint32_t)serial;
+    return ad__key_of(0, tag ? tag : 1);
 }
 
 ad_status ad_tape_begin(ad_tape *t, ad_thread *th, size_t n, int second)
@@ -215,6 +229,11 @@ ad_status ad_tape_begin(ad_tape *t, ad_thread *th, size_t n, int second)
         t->inputs_named = 0;
     for (; t->inputs_named < n; t->inputs_named++)
         t->inputs[t->inputs_named].id = (uint32_t)(t->inputs_named + 1);
+    t->serial = new_serial(th);
+    t->cursor.key0 = key0_of(t->serial);
+    uint32_t tag = ad__tag(&t->cursor);
+    for (size_t i = 0; i < n; i++)
+        t->inputs[i].tag = tag;
     t->first = (uint32_t)(n + 1);
     t->id_end = AD__ID_END;
     if (limit && limit < (size_t)(AD__ID_END - t->first))
@@ -225,9 +244,11 @@ ad_status ad_tape_begin(ad_tape *t, ad_thread *th, size_t n, int second)
     t->no_second = 0;
     t->foreign = 0;
     t->second = second;
-    t->serial = new_serial(th);
+    t->checks = th->checks;
+    if (th->depth == 0)
+        th->has_fault = 0;
     t->open = 0;
-    t->cursor.cur = t->cursor.end = t->room_end = t->second_end = NULL;
+    t->cursor.cur = t->cursor.end = t->room_end = t->slow_end = NULL;
     t->cursor.next = t->first;
     /* Chunk 0 now, so the first record does not take the slow path; with a
      * limit of 0 records the slow path reports AD_ERANGE if one is made. */
@@ -249,7 +270,7 @@ ad_status ad_tape_borrow_adjoints(ad_tape *t, size_t count)
     return ad_reserve((void **)&t->adj, &t->adj_cap, count, sizeof *t->adj);
 }
 
-/* Everything but a second-order record with room: a new chunk, the idle
+/* Everything but a second-order or checked record with room: a new chunk, the idle
  * thread, a failed recording, a full chunk in first-order mode.  Kept out
  * of ad__push_slow so that its common path saves no registers. */
 static AD_NOINLINE uint32_t push_rare(ad__cursor *c, uint32_t a, double wa, uint32_t b, double wb,
@@ -267,16 +288,26 @@ static AD_NOINLINE uint32_t push_rare(ad__cursor *c, uint32_t a, double wa, uint
         return 0;
     }
     /* Room now: first order takes the fast path, second order comes back. */
-    return ad__push_op(a, wa, b, wb, op, x, y, v);
+    return ad__push_at(c, a, wa, b, wb, op, x, y, v);
 }
 
 uint32_t ad__push_slow(ad__cursor *c, uint32_t a, double wa, uint32_t b, double wb, int op,
                        double x, double y, double v)
 {
     ad_tape *t = (ad_tape *)c;
-    if (c == &idle_cursor || (uintptr_t)c->cur >= (uintptr_t)t->second_end)
+    if (c == &idle_cursor || (uintptr_t)c->cur >= (uintptr_t)t->slow_end)
         return push_rare(c, a, wa, b, wb, op, x, y, v);
+    if (t->checks && !ad_check_record(t, (uint32_t)c->next, a, wa, b, wb, op, x, y, v))
+        return 0;
     ad__record *r = t->cursor.cur;
+    if (!t->second) {
+        r->a = a;
+        r->b = b;
+        r->wa = wa;
+        r->wb = wb;
+        t->cursor.cur = r + 1;
+        return (uint32_t)t->cursor.next++;
+    }
     ad__ahead(r);
     ad__ahead((const ad__record *)(void *)((uintptr_t)r + t->aux_shift));  /* its second partials */
     r->a = a;
@@ -288,7 +319,7 @@ uint32_t ad__push_slow(ad__cursor *c, uint32_t a, double wa, uint32_t b, double 
     ad_aux h = {0.0, 0.0, 0.0};
     if (op == AD__OP_MUL)
         h.ab = a && b ? 1.0 : 0.0;
-    else if (op != AD__OP_LINEAR)
+    else if (op >= AD__OP_CURVED)
         h = ad_second_partials(op, x, y, v, wa, wb);
     /* A constant's tangent is 0, but 0 x Inf would still make NaN. */
     if (!a)
@@ -357,7 +388,25 @@ static int recording(void)
 void ad_tape_fail(ad_tape *t, ad_status s)
 {
     t->status = s;
-    t->cursor.cur = t->cursor.end = t->second_end = NULL;
+    t->cursor.cur = t->cursor.end = t->slow_end = NULL;
+}
+
+void ad__foreign(ad__cursor *c, uint64_t key)
+{
+    ad_tape *t = (ad_tape *)c;
+    if (c != &idle_cursor && (uint32_t)key && t->status == AD_OK)
+        ad_tape_fail(t, AD_EFOREIGN);
+}
+
+int ad_reals_mine(ad_tape *t, size_t n, const ad_real *x)
+{
+    const ad__cursor *c = &t->cursor;
+    for (size_t i = 0; i < n; i++)
+        if (x[i].id && ad__key(x[i]) - c->key0 >= c->next) {
+            ad__foreign(&t->cursor, ad__key(x[i]));
+            return 0;
+        }
+    return 1;
 }
 
 ad_status ad_fail_recording(ad_status s)
@@ -370,7 +419,7 @@ ad_status ad_fail_recording(ad_status s)
 
 ad__slots ad__slots_more(ad__slots s)
 {
-    ad__slots none = {NULL, NULL, s.count, s.any, 1};
+    ad__slots none = {NULL, NULL, s.count, s.key0, s.span, s.any, 1};
     if (!recording())
         return none;
     ad_tape *t = (ad_tape *)ad__active;
@@ -378,7 +427,7 @@ ad__slots ad__slots_more(ad__slots s)
         /* Only constants so far, all in this room (nothing is committed
          * before an active argument): they contribute nothing, so write
          * over them rather than commit slots that no record would own. */
-        ad__slots again = {t->cursor.cur, t->room_end, 0, 0, 0};
+        ad__slots again = {t->cursor.cur, t->room_end, 0, s.key0, s.span, 0, 0};
         return again;
     }
     if (s.cur)
@@ -391,6 +440,6 @@ ad__slots ad__slots_more(ad__slots s)
         }
     }
     /* The slots need no second partials: their header's kind gives them. */
-    ad__slots more = {t->cursor.cur, t->room_end, s.count, s.any, 0};
+    ad__slots more = {t->cursor.cur, t->room_end, s.count, s.key0, s.span, s.any, 0};
     return more;
 }

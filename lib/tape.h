@@ -33,6 +33,14 @@ typedef struct ad_aux {
 /* tape.c finds a record's second partials at a fixed distance from it. */
 _Static_assert(sizeof(ad_aux) == sizeof(ad__record), "second partials are as large as a record");
 
+/* What a checked recording (ad_set_checks) keeps of each record beside it:
+ * its value, its operation and the label in force when it was made. */
+typedef struct ad_info {
+    double v;
+    const char *label;
+    int op;
+} ad_info;
+
 typedef struct ad_tape {
     ad__cursor cursor;       /* first: ad__active points here */
     ad_status status;        /* first error of this recording, sticky */
@@ -71,7 +79,8 @@ typedef struct ad_tape {
     uint64_t serial;         /* this recording's number, unique in the process */
     uint64_t sweeps;         /* reverse sweeps so far (matrix.c: which products a sweep reached) */
     ad__record *room_end;    /* the end of the room in the current chunk */
-    ad__record *second_end;  /* room_end while a second-order recording can write, else NULL */
+    ad__record *slow_end;    /* room_end while a second-order or checked recording can write
+                                on the slow path, else NULL */
     uintptr_t aux_shift;     /* a record's second partials' address less its own */
     ad_aux **aux;            /* aux[k] beside chunks[k]; kept between calls */
     size_t naux, aux_cap;
@@ -79,6 +88,11 @@ typedef struct ad_tape {
     double *tan2;            /* hessian.c: tangents, then the cotangents' tangents */
     size_t tan2_cap;
     const uint64_t *reach;   /* during a sweep of what its seeds reach (ad_retry), t->bits */
+    /* Checked recordings (check.c): every record takes the slow path too,
+     * which checks it and keeps its ad_info. */
+    unsigned checks;         /* the thread's ad_set_checks flags when the recording began */
+    ad_info **info;          /* info[k] beside chunks[k]; kept between calls */
+    size_t ninfo, info_cap;
 } ad_tape;
 
 typedef struct ad_thread {
@@ -91,7 +105,36 @@ typedef struct ad_thread {
     ad_csr spare;            /* sparse.c: the arrays of the last Jacobian freed on this thread,
                                 for the next one built here: rows + 1 and nnz entries */
     uint64_t serial_next, serial_end;  /* recordings' serial numbers this thread may give */
+    unsigned checks;         /* ad_set_checks */
+    const char *label;       /* ad_where */
+    ad_fault fault;          /* the last AD_ENONFINITE's (check.c) */
+    int has_fault;
 } ad_thread;
+
+/* check.c: the checked recording's part of the slow path: checks the record
+ * about to get ID `id` and keeps its ad_info; 0 after ending the recording
+ * with AD_ENONFINITE. */
+AD_HIDDEN int ad_check_record(ad_tape *t, uint32_t id, uint32_t a, double wa, uint32_t b,
+                              double wb, int op, double x, double y, double v);
+/* The outputs y[0..m) (IDs first..) of a block whose arguments have values
+ * x[0..n): kept, and checked as a record's value. */
+AD_HIDDEN int ad_check_block(ad_tape *t, const char *name, size_t n, const double *x, size_t m,
+                             const double *y, uint32_t first);
+/* After a reverse sweep whose results were not all finite: sweeps again,
+ * plainly, checking each contribution; AD_ENONFINITE at the first that
+ * overflows from finite numbers, else AD_OK. */
+AD_HIDDEN ad_status ad_check_reverse(ad_tape *t, size_t m, const double *w, uint32_t top);
+/* The same for a forward sweep seeded with v (ad_forward). */
+AD_HIDDEN ad_status ad_check_forward(ad_tape *t, const double *v, uint32_t top);
+/* One byte per record first..top, set for the slots of n-ary runs (whose
+ * IDs nothing references); NULL if out of memory.  ad_free it. */
+AD_HIDDEN unsigned char *ad_slot_marks(const ad_tape *t, uint32_t top);
+/* An operation's name (op: record.h's AD__OP_*; an n-ary header's kind). */
+AD_HIDDEN const char *ad_op_name(const ad_tape *t, uint32_t id);
+/* The record's ad_info, in a checked recording (NULL otherwise). */
+AD_HIDDEN const ad_info *ad_tape_info(const ad_tape *t, uint32_t id);
+/* A value by ID: an input's, or a checked recording's record's (NaN if unknown). */
+AD_HIDDEN double ad_tape_value(const ad_tape *t, uint32_t id);
 
 /* sparse.c: frees th's spare Jacobian arrays. */
 AD_HIDDEN void ad_spare_csr_free(ad_thread *th);
@@ -137,6 +180,10 @@ AD_HIDDEN void ad_tape_fail(ad_tape *t, ad_status s);
 /* The same for the recording active on this thread, if there is one, so
  * that a primitive's error reaches the recording's caller; returns s. */
 AD_HIDDEN ad_status ad_fail_recording(ad_status s);
+
+/* Whether every active one of x[0..n) belongs to the recording t (record.h,
+ * ad__check); if not, t fails with AD_EFOREIGN. */
+AD_HIDDEN int ad_reals_mine(ad_tape *t, size_t n, const ad_real *x);
 
 /* Whether any of x[0..n) is active (not a constant). */
 static inline int ad_any_active(size_t n, const ad_real *x)

@@ -281,7 +281,7 @@ static void test_foreign_from_earlier_recording(void **state)
     static const long later_lengths[] = {999, 1};
     (void)state;
     for (size_t i = 0; i < 2; i++) {
-        smuggler s = {1, 1000, {0, 0}};
+        smuggler s = {1, 1000, {0, 0, 0}};
         double x = 1.0, fx, g;
         assert_same(gradient_ok(smuggle, &s, 1, &x, &g), 1.0);
         s.save = 0;

@@ -865,7 +865,7 @@ static ad_status call_bad(bad_call *b, const ad_real *x, ad_real *yout)
 {
     ad_rule r = rule_full;
     const ad_rule *rp = &r;
-    ad_real y[2] = {{7.0, 0}, {7.0, 0}};
+    ad_real y[2] = {{7.0, 0, 0}, {7.0, 0, 0}};
     const ad_real *xp = x;
     ad_real *yp = y;
     switch (b->which) {
@@ -1049,7 +1049,7 @@ typedef struct empty_ctx {
 static ad_real empty_objective(const ad_real *z, size_t n, void *ctx)
 {
     const ad_rule rule = {empty_primal, poison_vjp, NULL};
-    ad_real y[2] = {{7.0, 7}, {7.0, 7}};
+    ad_real y[2] = {{7.0, 7, 0}, {7.0, 7, 0}};
     empty_ctx *c = ctx;
     (void)n;
     c->got[0] = ad_external(&rule, &c->calls, 0, NULL, 2, y);

@@ -1527,7 +1527,7 @@ static void test_foreign_from_earlier_recording(void **state)
     static const long later_lengths[] = {999, 1};
     (void)state;
     for (size_t i = 0; i < 2; i++) {
-        fn_smuggler s = {1, 1000, {0, 0}};
+        fn_smuggler s = {1, 1000, {0, 0, 0}};
         const double x[1] = {1.0};
         double y[2], jac[2];
         assert_int_equal(ad_jacobian(fn_smuggle, &s, 1, x, 2, y, jac), AD_OK);

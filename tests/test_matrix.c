@@ -1800,7 +1800,7 @@ typedef struct null_case {
 static void null_call(null_case *c, const ad_real *z)
 {
     const double D[4] = {1, 2, 3, 4}, xd[2] = {0.5, 0.25};
-    ad_real y[2] = {{7.0, 0}, {7.0, 0}};
+    ad_real y[2] = {{7.0, 0, 0}, {7.0, 0, 0}};
     double yd[2] = {7.0, 7.0};
     ad_mat M;
     c->got = AD_OK;
@@ -1887,7 +1887,7 @@ static ad_real empty_objective(const ad_real *z, size_t n, void *ctx)
 {
     empty_ctx *c = ctx;
     ad_mat A, B, W;
-    ad_real y0[1] = {{7.0, 7}};
+    ad_real y0[1] = {{7.0, 7, 0}};
     (void)n;
     c->got[0] = ad_mat_record(3, 0, NULL, &A);
     c->got[1] = ad_mat_record(0, 3, NULL, &B);

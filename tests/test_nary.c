@@ -192,7 +192,7 @@ static void test_plain_double_forms(void **state)
 {
     double a[5] = {1, 2, 3, 4, 5}, b[5] = {0.5, -1, 2, 0, 1};
     const double *ca = a;
-    ad_real r[2] = {{1, 0}, {2, 0}};
+    ad_real r[2] = {{1, 0, 0}, {2, 0, 0}};
     const ad_real *cr = r;
     (void)state;
     assert_true(IS_DOUBLE(ad_dot(5, a, b)));

@@ -329,12 +329,13 @@ static size_t dump_records(dumped *out, size_t max)
         if (lineno++ < 2)  /* the summary line and the column names */
             continue;
         assert_true(count < max);
-        char kind[16];
-        if (sscanf(line, "%u n-ary (%15[a-z]): the %u", &d.id, kind, &d.run) == 3) {
+        char kind[32];
+        if (sscanf(line, "%u n-ary (%31[a-z_/]): the %u", &d.id, kind, &d.run) == 3) {
             out[count++] = d;
             continue;
         }
-        int got = sscanf(line, "%u %u %lf %u %lf", &d.id, &d.a, &d.wa, &d.b, &d.wb);
+        /* id, the operation (? unless the recording was checked), a, d/da, b, d/db */
+        int got = sscanf(line, "%u %31s %u %lf %u %lf", &d.id, kind, &d.a, &d.wa, &d.b, &d.wb) - 1;
         if (got != 5 && got != 3) {
             print_error("unexpected ad_tape_dump line: %s", line);
             fail();
@@ -470,7 +471,7 @@ static void test_mixed_dot_forms(void **state)
     double c[7], x[7], g[4][7];
     uint64_t rng = 0xd07;
     double cc[2] = {1, 2};
-    ad_real r[2] = {{1, 0}, {2, 0}};
+    ad_real r[2] = {{1, 0, 0}, {2, 0, 0}};
     const double *ccp = cc;
     const ad_real *crp = r;
     (void)state;
@@ -564,7 +565,7 @@ static void test_constant_arguments_record_nothing(void **state)
 /* n = 0: the neutral elements, as constants. */
 static void test_empty(void **state)
 {
-    ad_real none[1] = {{5.0, 0}};
+    ad_real none[1] = {{5.0, 0, 0}};
     double dnone[1] = {5.0};
     (void)state;
     assert_same(ad_value(ad_prod(0, none)), 1.0);

@@ -1148,7 +1148,7 @@ static void test_foreign(void **state)
     static const long later_lengths[] = {999, 1};
     (void)state;
     for (size_t i = 0; i < 2; i++) {
-        fn_smuggler s = {1, 1000, {0, 0}};
+        fn_smuggler s = {1, 1000, {0, 0, 0}};
         const double x[1] = {1.0};
         double y[2];
         ad_csr J;

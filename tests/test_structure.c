@@ -227,7 +227,7 @@ static void test_nested_gradient_long_recordings(void **state)
  * so nothing here is computed or recorded.) */
 static void test_generic_result_types(void **state)
 {
-    const ad_real r = {1.0, 0};
+    const ad_real r = {1.0, 0, 0};
     (void)state;
     BINARY_TYPES(add); BINARY_TYPES(sub); BINARY_TYPES(mul);
     BINARY_TYPES(div); BINARY_TYPES(pow); BINARY_TYPES(atan2);

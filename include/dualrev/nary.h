@@ -22,10 +22,11 @@ static inline ad_real ad_dot_r(size_t n, const ad_real *x, const ad_real *y)
     ad__slots s = ad__slots_begin();
     for (size_t i = 0; i < n; i++) {
         v += x[i].v * y[i].v;
+        ad__slots_check(&s, ad__key(x[i]));
+        ad__slots_check(&s, ad__key(y[i]));
         s = ad__slots_put(s, x[i].id, y[i].v, y[i].id, x[i].v);
     }
-    ad_real r = {v, ad__slots_end(s, AD__NARY_DOT)};
-    return r;
+    return ad__made(v, ad__slots_end(s, AD__NARY_DOT, v));
 }
 
 static inline double ad_dot_d(size_t n, const double *x, const double *y)
@@ -45,14 +46,16 @@ static inline ad_real ad_sum_r(size_t n, const ad_real *x)
     for (; i + 1 < n; i += 2) {
         v += x[i].v;
         v += x[i + 1].v;
+        ad__slots_check(&s, ad__key(x[i]));
+        ad__slots_check(&s, ad__key(x[i + 1]));
         s = ad__slots_put(s, x[i].id, 1.0, x[i + 1].id, 1.0);
     }
     if (i < n) {
         v += x[i].v;
+        ad__slots_check(&s, ad__key(x[i]));
         s = ad__slots_put(s, x[i].id, 1.0, 0, 0.0);
     }
-    ad_real r = {v, ad__slots_end(s, AD__NARY_LINEAR)};
-    return r;
+    return ad__made(v, ad__slots_end(s, AD__NARY_LINEAR, v));
 }
 
 static inline double ad_sum_d(size_t n, const double *x)
@@ -72,14 +75,16 @@ static inline ad_real ad_dot_rd(size_t n, const ad_real *x, const double *c)
     for (; i + 1 < n; i += 2) {
         v += x[i].v * c[i];
         v += x[i + 1].v * c[i + 1];
+        ad__slots_check(&s, ad__key(x[i]));
+        ad__slots_check(&s, ad__key(x[i + 1]));
         s = ad__slots_put(s, x[i].id, c[i], x[i + 1].id, c[i + 1]);
     }
     if (i < n) {
         v += x[i].v * c[i];
+        ad__slots_check(&s, ad__key(x[i]));
         s = ad__slots_put(s, x[i].id, c[i], 0, 0.0);
     }
-    ad_real r = {v, ad__slots_end(s, AD__NARY_LINEAR)};
-    return r;
+    return ad__made(v, ad__slots_end(s, AD__NARY_LINEAR, v));
 }
 
 static inline ad_real ad_dot_dr(size_t n, const double *c, const ad_real *x)
@@ -96,14 +101,16 @@ static inline ad_real ad_sqnorm_r(size_t n, const ad_real *x)
     for (; i + 1 < n; i += 2) {
         v += x[i].v * x[i].v;
         v += x[i + 1].v * x[i + 1].v;
+        ad__slots_check(&s, ad__key(x[i]));
+        ad__slots_check(&s, ad__key(x[i + 1]));
         s = ad__slots_put(s, x[i].id, 2.0 * x[i].v, x[i + 1].id, 2.0 * x[i + 1].v);
     }
     if (i < n) {
         v += x[i].v * x[i].v;
+        ad__slots_check(&s, ad__key(x[i]));
         s = ad__slots_put(s, x[i].id, 2.0 * x[i].v, 0, 0.0);
     }
-    ad_real r = {v, ad__slots_end(s, AD__NARY_SQNORM)};
-    return r;
+    return ad__made(v, ad__slots_end(s, AD__NARY_SQNORM, v));
 }
 
 static inline double ad_sqnorm_d(size_t n, const double *x)
@@ -158,8 +165,9 @@ static inline void ad_axpy_r(size_t n, double a, const ad_real *x, ad_real *y)
     for (size_t i = 0; i < n; i++) {
         double v = a * x[i].v + y[i].v;
         if (x[i].id)
-            y[i].id = ad__push(x[i].id, a, y[i].id, 1.0);  /* linear: no second partials */
-        y[i].v = v;
+            y[i] = ad__rec2(v, x[i], a, y[i], 1.0, AD__OP_AXPY);
+        else
+            y[i].v = v;
     }
 }
 

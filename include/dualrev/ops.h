@@ -23,20 +23,31 @@ AD__EXTERN_C_BEGIN
 
 /* Operations whose arguments are all constants record nothing.  op and the
  * values are for second-order recordings only (record.h); c is a
- * one-argument operation's constant (pow's exponent or base). */
+ * one-argument operation's constant (pow's exponent or base).  The
+ * arguments are checked against the recording before anything is written
+ * (record.h, ad__check). */
 static inline ad_real ad__rec1(double v, ad_real a, double wa, int op, double c)
 {
-    ad_real r = {v, 0};
-    if (a.id)
-        r.id = ad__push_op(a.id, wa, 0, 0.0, op, a.v, c, v);
+    ad_real r = {v, 0, 0};
+    if (a.id) {
+        ad__cursor *cur = ad__active;
+        ad__check(cur, ad__key(a));
+        r.id = ad__push_at(cur, a.id, wa, 0, 0.0, op, a.v, c, v);
+        r.tag = ad__tag(cur);
+    }
     return r;
 }
 
 static inline ad_real ad__rec2(double v, ad_real a, double wa, ad_real b, double wb, int op)
 {
-    ad_real r = {v, 0};
-    if (a.id | b.id)
-        r.id = ad__push_op(a.id, wa, b.id, wb, op, a.v, b.v, v);
+    ad_real r = {v, 0, 0};
+    if (a.id | b.id) {
+        ad__cursor *cur = ad__active;
+        ad__check(cur, ad__key(a));
+        ad__check(cur, ad__key(b));
+        r.id = ad__push_at(cur, a.id, wa, b.id, wb, op, a.v, b.v, v);
+        r.tag = ad__tag(cur);
+    }
     return r;
 }
 
@@ -51,20 +62,21 @@ static inline double ad__nan_with(double v, double w)
 /* ---- binary operations: the ad_real x ad_real forms ---- */
 
 /* x + c, c + x and x - c have x's backpropagator (partial 1), so they take
- * x's ID and record nothing: a.id | b.id is the active one's ID. */
+ * x's ID and tag and record nothing. */
 static inline ad_real ad_add_rr(ad_real a, ad_real b)
 {
-    ad_real r = {a.v + b.v, a.id | b.id};
     if (a.id && b.id)
-        r.id = ad__push(a.id, 1.0, b.id, 1.0);
+        return ad__rec2(a.v + b.v, a, 1.0, b, 1.0, AD__OP_ADD);
+    ad_real r = b.id ? b : a;  /* the active one's ID and tag, if either is */
+    r.v = a.v + b.v;
     return r;
 }
 
 static inline ad_real ad_sub_rr(ad_real a, ad_real b)
 {
-    ad_real r = {a.v - b.v, a.id};
     if (b.id)
-        r.id = ad__push(a.id, 1.0, b.id, -1.0);
+        return ad__rec2(a.v - b.v, a, 1.0, b, -1.0, AD__OP_SUB);
+    ad_real r = {a.v - b.v, a.id, a.tag};
     return r;
 }
 static inline ad_real ad_mul_rr(ad_real a, ad_real b) { return ad__rec2(a.v * b.v, a, b.v, b, a.v, AD__OP_MUL); }
@@ -200,13 +212,13 @@ static inline double ad__select_weight(double a, double b, int a_wins)
 static inline ad_real ad_fmin_rr(ad_real a, ad_real b)
 {
     double w = ad__select_weight(a.v, b.v, a.v < b.v);
-    return ad__rec2(fmin(a.v, b.v), a, w, b, 1.0 - w, AD__OP_LINEAR);
+    return ad__rec2(fmin(a.v, b.v), a, w, b, 1.0 - w, AD__OP_FMIN);
 }
 
 static inline ad_real ad_fmax_rr(ad_real a, ad_real b)
 {
     double w = ad__select_weight(a.v, b.v, a.v > b.v);
-    return ad__rec2(fmax(a.v, b.v), a, w, b, 1.0 - w, AD__OP_LINEAR);
+    return ad__rec2(fmax(a.v, b.v), a, w, b, 1.0 - w, AD__OP_FMAX);
 }
 
 /* The mixed forms: a constant argument is an ad_real with ID 0, which the
@@ -229,7 +241,7 @@ static inline double ad_pow_dd(double a, double b) { return pow(a, b); }
 
 /* ---- unary operations ---- */
 
-static inline ad_real ad_neg_r(ad_real x) { return ad__rec1(-x.v, x, -1.0, AD__OP_LINEAR, 0.0); }
+static inline ad_real ad_neg_r(ad_real x) { return ad__rec1(-x.v, x, -1.0, AD__OP_NEG, 0.0); }
 static inline double ad_neg_d(double x) { return -x; }
 
 /* sqrt and cbrt at 0: the one-sided derivative, +Inf (convention), at -0
@@ -338,7 +350,7 @@ static inline ad_real ad_atanh_r(ad_real x)
 static inline ad_real ad_fabs_r(ad_real x)
 {
     double w = x.v > 0.0 ? 1.0 : x.v < 0.0 ? -1.0 : x.v == 0.0 ? 0.0 : x.v;
-    return ad__rec1(fabs(x.v), x, w, AD__OP_LINEAR, 0.0);
+    return ad__rec1(fabs(x.v), x, w, AD__OP_FABS, 0.0);
 }
 
 /* Through a double parameter: fabs() called on an int draws -Wabsolute-value. */

@@ -73,25 +73,57 @@ typedef struct ad__record {
 typedef struct ad__cursor {
     ad__record *cur, *end;
     uint64_t next;   /* 64-bit: a uint32_t could alias the records' argument IDs, forcing a reload per record */
+    uint64_t key0;   /* the key (below) of ID 0 with this recording's tag; 0 when idle */
 } ad__cursor;
+
+/* Every ad_real carries the tag of the recording that made it (0 for a
+ * constant made by ad_const).  Its key, tag << 32 | ID, is one register
+ * where the value is passed, and belongs to the active recording when
+ * key - key0 < next: the tag matches and the ID names a record already
+ * made (or is 0), so that one compare both catches a value of another
+ * recording and keeps a stale ID off the tape.  A constant of another tag
+ * fails that compare too, and is let through by a second test, off the
+ * hot path. */
+static inline uint64_t ad__key_of(uint32_t id, uint32_t tag)
+{
+    return (uint64_t)tag << 32 | id;
+}
+
+static inline uint32_t ad__tag(const ad__cursor *c)
+{
+    return (uint32_t)(c->key0 >> 32);
+}
+
+/* Out of line: an active value whose key is not the recording's fails the
+ * recording with AD_EFOREIGN (if it has not failed already). */
+AD_API void ad__foreign(ad__cursor *c, uint64_t key);
+
+static inline void ad__check(ad__cursor *c, uint64_t key)
+{
+    if (AD__UNLIKELY(key - c->key0 >= c->next) && (uint32_t)key)
+        ad__foreign(c, key);
+}
 
 /* The calling thread's active tape (never NULL: an idle cursor when no
  * recording is active). */
 extern AD_API AD__THREAD_LOCAL ad__cursor *ad__active;
 
-/* What a record's operation was, for second-order recordings (ad_hvp):
- * the slow path computes the second partials from it and from the
- * arguments' values.  The fast path never reads it, so it costs nothing
- * there: each operation passes a constant. */
+/* What a record's operation was, for second-order recordings (ad_hvp),
+ * which compute the second partials from it and from the arguments'
+ * values, and for checked recordings (ad_set_checks), which name it.  The
+ * fast path never reads it, so it costs nothing there: each operation
+ * passes a constant.  Those before AD__OP_CURVED have no second partials. */
 enum {
-    AD__OP_LINEAR,  /* second partials all zero */
+    AD__OP_LINEAR, AD__OP_ADD, AD__OP_SUB, AD__OP_NEG, AD__OP_FABS, AD__OP_FMIN, AD__OP_FMAX,
+    AD__OP_AXPY, AD__OP_NARY, AD__OP_BLOCK, AD__OP_OUT,
     AD__OP_MUL, AD__OP_DIV, AD__OP_POW, AD__OP_POW_RD, AD__OP_POW_DR, AD__OP_ATAN2,
     AD__OP_HYPOT, AD__OP_SQRT, AD__OP_CBRT, AD__OP_EXP, AD__OP_EXPM1, AD__OP_LOG,
     AD__OP_LOG1P, AD__OP_LOG2, AD__OP_LOG10, AD__OP_SIN, AD__OP_COS, AD__OP_TAN,
     AD__OP_ASIN, AD__OP_ACOS, AD__OP_ATAN, AD__OP_SINH, AD__OP_COSH, AD__OP_TANH,
     AD__OP_ASINH, AD__OP_ACOSH, AD__OP_ATANH, AD__OP_ERF, AD__OP_ERFC, AD__OP_LGAMMA,
-    AD__OP_TGAMMA
+    AD__OP_TGAMMA, AD__OP_COUNT
 };
+#define AD__OP_CURVED AD__OP_MUL
 
 /* Out of line: opens the next chunk, records with second partials in a
  * second-order recording, or reports that the record cannot be taken (idle
@@ -140,16 +172,10 @@ static inline uint32_t ad__push_at(ad__cursor *c, uint32_t a, double wa, uint32_
     return (uint32_t)c->next++;
 }
 
-static inline uint32_t ad__push_op(uint32_t a, double wa, uint32_t b, double wb, int op,
-                                   double x, double y, double v)
-{
-    return ad__push_at(ad__active, a, wa, b, wb, op, x, y, v);
-}
-
 /* A record whose partials are constants (a sum, a header). */
-static inline uint32_t ad__push(uint32_t a, double wa, uint32_t b, double wb)
+static inline uint32_t ad__push(ad__cursor *c, uint32_t a, double wa, uint32_t b, double wb)
 {
-    return ad__push_op(a, wa, b, wb, AD__OP_LINEAR, 0.0, 0.0, 0.0);
+    return ad__push_at(c, a, wa, b, wb, AD__OP_LINEAR, 0.0, 0.0, 0.0);
 }
 
 /* Bulk recording of an n-ary record: a private copy of the cursor that the
@@ -159,6 +185,7 @@ static inline uint32_t ad__push(uint32_t a, double wa, uint32_t b, double wb)
 typedef struct ad__slots {
     ad__record *cur, *end;
     uint64_t count;  /* slots written, committed or not */
+    uint64_t key0, span;  /* an argument's key k is the recording's if k - key0 < span */
     uint32_t any;    /* nonzero once an active argument was written */
     int dead;        /* no more room will come: stop asking */
 } ad__slots;
@@ -168,10 +195,19 @@ AD_API ad__slots ad__slots_more(ad__slots s);
 static inline ad__slots ad__slots_begin(void)
 {
     ad__cursor *c = ad__active;
-    ad__slots s = {c->cur, c->end, 0, 0, 0};
+    ad__slots s = {c->cur, c->end, 0, c->key0, c->next, 0, 0};
     return s;
 }
 
+/* Checks an argument of the run against the recording (ad__check). */
+static inline void ad__slots_check(const ad__slots *s, uint64_t key)
+{
+    if (AD__UNLIKELY(key - s->key0 >= s->span) && (uint32_t)key)
+        ad__foreign(ad__active, key);
+}
+
+/* a and b are checked by the caller (ad__slots_check): a recording that
+ * fails there has no room, so nothing more is written. */
 static inline ad__slots ad__slots_put(ad__slots s, uint32_t a, double wa, uint32_t b, double wb)
 {
     if (AD__UNLIKELY((uintptr_t)s.cur >= (uintptr_t)s.end)) {
@@ -204,16 +240,16 @@ enum { AD__NARY_LINEAR, AD__NARY_DOT, AD__NARY_SQNORM, AD__NARY_PROD, AD__NARY_L
  * shared cursor, whose room they were taken from.  A second-order recording
  * (end == NULL) keeps the header of a lone slot too: slots have no second
  * partials of their own, their header's kind gives them. */
-static inline uint32_t ad__slots_end(ad__slots s, int kind)
+static inline uint32_t ad__slots_end(ad__slots s, int kind, double v)
 {
-    if (!s.any || !s.cur)
-        return 0;
     ad__cursor *c = ad__active;
+    if (!s.any || !s.cur || !c->cur)  /* c->cur: the recording failed meanwhile */
+        return 0;
     c->next += (uint64_t)(s.cur - c->cur);
     c->cur = s.cur;
     if (s.count == 1 && c->end)
         return (uint32_t)(c->next - 1);
-    return ad__push((uint32_t)s.count, (double)kind, AD__NARY, 0.0);
+    return ad__push_at(c, (uint32_t)s.count, (double)kind, AD__NARY, 0.0, AD__OP_NARY, 0.0, 0.0, v);
 }
 
 AD__EXTERN_C_END

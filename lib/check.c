@@ -1,0 +1,398 @@
+/* dualrev: checked recordings -- where a NaN or an Inf came from.
+ *
+ * With checks on (ad_set_checks), every record takes the slow path, which
+ * calls ad_check_record: it keeps the record's value, operation and label
+ * (ad_info, in chunks beside the tape's) and stops the recording at the
+ * first record that makes a non-finite number from finite ones.  A reverse
+ * or forward sweep whose results are not all finite is run again here,
+ * plainly and unscaled, to find the first contribution that overflows. */
+#include <math.h>
+#include <string.h>
+
+#include "block.h"
+
+static const char *const op_names[AD__OP_COUNT] = {
+    [AD__OP_LINEAR] = "linear", [AD__OP_ADD] = "add", [AD__OP_SUB] = "sub",
+    [AD__OP_NEG] = "neg", [AD__OP_FABS] = "fabs", [AD__OP_FMIN] = "fmin",
+    [AD__OP_FMAX] = "fmax", [AD__OP_AXPY] = "ad_axpy", [AD__OP_NARY] = "n-ary",
+    [AD__OP_BLOCK] = "block", [AD__OP_OUT] = "block output", [AD__OP_MUL] = "mul",
+    [AD__OP_DIV] = "div", [AD__OP_POW] = "pow", [AD__OP_POW_RD] = "pow",
+    [AD__OP_POW_DR] = "pow", [AD__OP_ATAN2] = "atan2", [AD__OP_HYPOT] = "hypot",
+    [AD__OP_SQRT] = "sqrt", [AD__OP_CBRT] = "cbrt", [AD__OP_EXP] = "exp",
+    [AD__OP_EXPM1] = "expm1", [AD__OP_LOG] = "log", [AD__OP_LOG1P] = "log1p",
+    [AD__OP_LOG2] = "log2", [AD__OP_LOG10] = "log10", [AD__OP_SIN] = "sin",
+    [AD__OP_COS] = "cos", [AD__OP_TAN] = "tan", [AD__OP_ASIN] = "asin",
+    [AD__OP_ACOS] = "acos", [AD__OP_ATAN] = "atan", [AD__OP_SINH] = "sinh",
+    [AD__OP_COSH] = "cosh", [AD__OP_TANH] = "tanh", [AD__OP_ASINH] = "asinh",
+    [AD__OP_ACOSH] = "acosh", [AD__OP_ATANH] = "atanh", [AD__OP_ERF] = "erf",
+    [AD__OP_ERFC] = "erfc", [AD__OP_LGAMMA] = "lgamma", [AD__OP_TGAMMA] = "tgamma",
+};
+
+/* An n-ary record's name, from its kind (record.h): the linear kind is
+ * ad_sum, ad_dot_rd and ad_matvec alike. */
+static const char *nary_name(double kind)
+{
+    static const char *const names[] = {"ad_sum/ad_dot_rd", "ad_dot", "ad_sqnorm", "ad_prod",
+                                        "ad_logsumexp"};
+    int k = (int)kind;
+    return k >= 0 && k < (int)(sizeof names / sizeof *names) ? names[k] : "n-ary";
+}
+
+unsigned ad_set_checks(unsigned flags)
+{
+    ad_thread *th = ad_thread_self();
+    unsigned old = th->checks;
+    th->checks = flags & (AD_CHECK_FINITE | AD_CHECK_TRACE);
+    return old;
+}
+
+void ad_where(const char *label)
+{
+    ad_thread_self()->label = label;
+}
+
+ad_status ad_last_fault(ad_fault *out)
+{
+    const ad_thread *th = ad_thread_self();
+    if (!out || !th->has_fault)
+        return AD_EINVAL;
+    *out = th->fault;
+    return AD_OK;
+}
+
+const ad_info *ad_tape_info(const ad_tape *t, uint32_t id)
+{
+    if (!t->checks || id < t->first || id > ad_tape_top(t))
+        return NULL;
+    size_t k = id - t->first;
+    return &t->info[k >> AD_CHUNK_BITS][k & (AD_CHUNK - 1)];
+}
+
+double ad_tape_value(const ad_tape *t, uint32_t id)
+{
+    if (id == 0 || id >= t->cursor.next)
+        return NAN;
+    if (id < t->first)
+        return t->inputs[id - 1].v;
+    const ad_info *i = ad_tape_info(t, id);
+    return i ? i->v : NAN;
+}
+
+const char *ad_op_name(const ad_tape *t, uint32_t id)
+{
+    const ad__record *r = ad_tape_record(t, id);
+    if (r->b == AD__NARY)
+        return nary_name(r->wa);
+    if (r->b == AD__BLOCK)
+        return ad_block_of(t, r)->kind->name;
+    const ad_info *i = ad_tape_info(t, id);
+    return i && i->op >= 0 && i->op < AD__OP_COUNT ? op_names[i->op] : NULL;
+}
+
+/* The info of the record about to get ID id: the slot the cursor is at. */
+static ad_info *next_info(ad_tape *t, uint32_t id)
+{
+    size_t k = id - t->first;
+    return &t->info[k >> AD_CHUNK_BITS][k & (AD_CHUNK - 1)];
+}
+
+static void fail(ad_tape *t, const ad_fault *f)
+{
+    ad_thread *th = ad_thread_self();
+    th->fault = *f;
+    th->has_fault = 1;
+    ad_tape_fail(t, AD_ENONFINITE);
+}
+
+static ad_fault fault_at(const ad_tape *t, uint32_t id, const char *op, const char *label,
+                         ad_phase phase)
+{
+    ad_fault f = {op, label, id, phase, 0, {NAN, NAN}, NAN, {NAN, NAN}, NAN, 0};
+    (void)t;
+    return f;
+}
+
+/* Whether the arguments of the n-ary run below the header `id` (count
+ * slots) all have finite values; an argument of unknown value counts as
+ * finite, as its own record was checked. */
+static int run_finite(const ad_tape *t, uint32_t id, uint32_t count)
+{
+    for (uint32_t i = 1; i <= count; i++) {
+        const ad__record *s = ad_tape_record(t, id - i);
+        if (!isfinite(ad_tape_value(t, s->a)) || (s->b && !isfinite(ad_tape_value(t, s->b))))
+            return 0;
+    }
+    return 1;
+}
+
+static int run_partials_finite(const ad_tape *t, uint32_t id, uint32_t count)
+{
+    for (uint32_t i = 1; i <= count; i++) {
+        const ad__record *s = ad_tape_record(t, id - i);
+        if (!isfinite(s->wa) || !isfinite(s->wb))
+            return 0;
+    }
+    return 1;
+}
+
+int ad_check_record(ad_tape *t, uint32_t id, uint32_t a, double wa, uint32_t b, double wb, int op,
+                    double x, double y, double v)
+{
+    const char *label = ad_thread_self()->label;
+    ad_info *info = next_info(t, id);
+    info->v = v;
+    info->label = label;
+    info->op = op;
+    if (!(t->checks & AD_CHECK_FINITE) || op == AD__OP_BLOCK || op == AD__OP_OUT)
+        return 1;
+    int bad;
+    const char *name = op_names[op];
+    if (op == AD__OP_NARY) {
+        /* the run is below, written already; the header's a is its length */
+        name = nary_name(wa);
+        bad = run_finite(t, id, a) && (!isfinite(v) || !run_partials_finite(t, id, a));
+    } else {
+        /* y is b's value, or a one-argument operation's constant */
+        bad = isfinite(x) && isfinite(y) &&
+              (!isfinite(v) || (a && !isfinite(wa)) || (b && !isfinite(wb)));
+    }
+    if (!bad)
+        return 1;
+    ad_fault f = fault_at(t, id, name, label, AD_PHASE_RECORD);
+    f.value = v;
+    if (op != AD__OP_NARY) {
+        f.nargs = b ? 2 : 1;
+        f.arg[0] = x;
+        f.arg[1] = b ? y : NAN;
+        f.partial[0] = wa;
+        f.partial[1] = b ? wb : NAN;
+    }
+    fail(t, &f);
+    return 0;
+}
+
+int ad_check_block(ad_tape *t, const char *name, size_t n, const double *x, size_t m,
+                   const double *y, uint32_t first)
+{
+    if (!t->checks)
+        return 1;
+    int args_finite = 1, out_finite = 1;
+    for (size_t j = 0; j < m; j++) {
+        ad_info *i = next_info(t, first + (uint32_t)j);
+        i->v = y[j];
+        out_finite &= isfinite(y[j]) != 0;
+    }
+    if (!(t->checks & AD_CHECK_FINITE))
+        return 1;
+    for (size_t i = 0; i < n; i++)
+        args_finite &= isfinite(x[i]) != 0;
+    if (!args_finite || out_finite)
+        return 1;
+    ad_fault f = fault_at(t, first - 1, name, ad_tape_info(t, first - 1)->label, AD_PHASE_RECORD);
+    for (size_t j = 0; j < m; j++)
+        if (!isfinite(y[j])) {
+            f.id = first + (uint32_t)j;
+            f.value = y[j];
+            break;
+        }
+    fail(t, &f);
+    return 0;
+}
+
+/* ---- the checked reverse sweep ---- */
+
+typedef struct sweep {
+    ad_tape *t;
+    double *adj;
+    ad_fault f;
+    int found;
+} sweep;
+
+/* adj[to] += z w, noting the first contribution that makes a finite
+ * cotangent non-finite from finite numbers. */
+static void add(sweep *s, uint32_t hid, uint32_t to, double z, double w, int slot)
+{
+    if (!to)
+        return;
+    double before = s->adj[to];
+    s->adj[to] += z * w;
+    if (s->found || isfinite(s->adj[to]) || !isfinite(before) || !isfinite(z) || !isfinite(w))
+        return;
+    const ad_info *i = ad_tape_info(s->t, hid);
+    const char *op = ad_op_name(s->t, hid);
+    s->f = fault_at(s->t, hid, op ? op : "?", i ? i->label : NULL, AD_PHASE_REVERSE);
+    s->f.value = ad_tape_value(s->t, hid);
+    s->f.cotangent = z;
+    s->f.partial[0] = slot == 0 ? w : NAN;
+    s->f.partial[1] = slot == 1 ? w : NAN;
+    s->f.target = to;
+    s->found = 1;
+}
+
+static uint32_t block_arg(const ad_block *b, const uint32_t *ids, size_t i)
+{
+    return i < b->nargs ? ids[i] : b->run + (uint32_t)(i - b->nargs);
+}
+
+/* The block's rule, then whether it made an argument's finite cotangent
+ * non-finite from finite output cotangents. */
+static void apply_block(sweep *s, const ad__record *r, uint32_t hid)
+{
+    const ad_block *b = ad_block_of(s->t, r);
+    const uint32_t *ids = ad_block_ids(b);
+    size_t nargs = (size_t)b->nargs + b->run_len;
+    int out_finite = 1;
+    for (uint32_t j = 1; j <= b->nout; j++)
+        out_finite &= isfinite(s->adj[hid + j]) != 0;
+    double *before = out_finite ? ad_alloc((nargs ? nargs : 1) * sizeof *before) : NULL;
+    for (size_t i = 0; before && i < nargs; i++)
+        before[i] = s->adj[block_arg(b, ids, i)];
+    ad_block_reverse(s->t, r, hid, s->adj, 1);
+    for (size_t i = 0; before && i < nargs && !s->found; i++) {
+        uint32_t id = block_arg(b, ids, i);
+        if (id && isfinite(before[i]) && !isfinite(s->adj[id])) {
+            const ad_info *info = ad_tape_info(s->t, hid);
+            const char *op = b->kind->foreign ? "external" : b->kind->name;
+            s->f = fault_at(s->t, hid, op, info ? info->label : NULL, AD_PHASE_REVERSE);
+            s->f.target = id;
+            s->found = 1;
+        }
+    }
+    ad_free(before);
+}
+
+ad_status ad_check_reverse(ad_tape *t, size_t m, const double *w, uint32_t top)
+{
+    if (!(t->checks & AD_CHECK_FINITE))
+        return AD_OK;
+    sweep s = {t, t->adj, {0}, 0};
+    memset(t->adj, 0, ((size_t)top + 1) * sizeof *t->adj);
+    for (size_t j = 0; j < m; j++)
+        t->adj[t->outputs[j].id] += w ? w[j] : 1.0;
+    for (uint32_t id = top; id >= t->first && !s.found; id--) {
+        const ad__record *r = ad_tape_record(t, id);
+        double z = t->adj[id];
+        if (r->b < AD__ID_END) {
+            add(&s, id, r->a, z, r->wa, 0);
+            add(&s, id, r->b, z, r->wb, 1);
+        } else if (r->b == AD__NARY) {
+            for (uint32_t i = 1; i <= r->a; i++) {
+                const ad__record *q = ad_tape_record(t, id - i);
+                add(&s, id, q->a, z, q->wa, 0);
+                add(&s, id, q->b, z, q->wb, 1);
+            }
+            id -= r->a;
+        } else if (r->b == AD__BLOCK) {
+            apply_block(&s, r, id);
+        }
+    }
+    memset(t->adj, 0, ((size_t)top + 1) * sizeof *t->adj);
+    t->adj_zero = (size_t)top + 1;
+    if (!s.found)
+        return AD_OK;
+    ad_thread *th = ad_thread_self();
+    th->fault = s.f;
+    th->has_fault = 1;
+    return AD_ENONFINITE;
+}
+
+/* ---- the checked forward sweep ---- */
+
+unsigned char *ad_slot_marks(const ad_tape *t, uint32_t top)
+{
+    size_t n = top >= t->first ? (size_t)(top + 1 - t->first) : 0;
+    unsigned char *slot = ad_alloc(n ? n : 1);
+    if (!slot)
+        return NULL;
+    memset(slot, 0, n ? n : 1);
+    for (uint32_t id = top; id >= t->first && id > 0; id--) {
+        const ad__record *r = ad_tape_record(t, id);
+        if (r->b != AD__NARY)
+            continue;
+        for (uint32_t k = 1; k <= r->a; k++)
+            slot[id - k - t->first] = 1;
+        id -= r->a;
+    }
+    return slot;
+}
+
+/* tan[id] += w tan[from], noting the first term that makes a non-finite
+ * tangent from finite numbers. */
+static void term(sweep *s, uint32_t id, uint32_t from, double w, int slot)
+{
+    if (!from)
+        return;
+    double before = s->adj[id], d = s->adj[from];
+    s->adj[id] += w * d;
+    if (s->found || isfinite(s->adj[id]) || !isfinite(before) || !isfinite(w) || !isfinite(d))
+        return;
+    const ad_info *i = ad_tape_info(s->t, id);
+    const char *op = ad_op_name(s->t, id);
+    s->f = fault_at(s->t, id, op ? op : "?", i ? i->label : NULL, AD_PHASE_TANGENT);
+    s->f.value = ad_tape_value(s->t, id);
+    s->f.cotangent = d;
+    s->f.partial[0] = slot == 0 ? w : NAN;
+    s->f.partial[1] = slot == 1 ? w : NAN;
+    s->f.target = id;
+    s->found = 1;
+}
+
+static void forward_block(sweep *s, const ad__record *r, uint32_t hid)
+{
+    const ad_block *b = ad_block_of(s->t, r);
+    const uint32_t *ids = ad_block_ids(b);
+    size_t nargs = (size_t)b->nargs + b->run_len;
+    int in_finite = 1;
+    for (size_t i = 0; i < nargs; i++)
+        in_finite &= isfinite(s->adj[block_arg(b, ids, i)]) != 0;
+    ad_block_forward(s->t, r, hid, s->adj, 1);
+    for (uint32_t j = 1; j <= b->nout && in_finite && !s->found; j++)
+        if (!isfinite(s->adj[hid + j])) {
+            const ad_info *info = ad_tape_info(s->t, hid);
+            const char *op = b->kind->foreign ? "external" : b->kind->name;
+            s->f = fault_at(s->t, hid, op, info ? info->label : NULL, AD_PHASE_TANGENT);
+            s->f.target = hid + j;
+            s->found = 1;
+        }
+}
+
+ad_status ad_check_forward(ad_tape *t, const double *v, uint32_t top)
+{
+    if (!(t->checks & AD_CHECK_FINITE))
+        return AD_OK;
+    unsigned char *slot = ad_slot_marks(t, top);
+    if (!slot)
+        return AD_ENOMEM;
+    sweep s = {t, t->adj, {0}, 0};
+    t->adj[0] = 0.0;
+    for (uint32_t i = 1; i < t->first; i++)
+        t->adj[i] = v[i - 1];
+    for (uint32_t id = t->first; id <= top && !s.found; id++) {
+        const ad__record *r = ad_tape_record(t, id);
+        if (slot[id - t->first] || r->b == AD__OUT)
+            continue;
+        if (r->b == AD__BLOCK) {
+            forward_block(&s, r, id);
+            continue;
+        }
+        t->adj[id] = 0.0;
+        if (r->b < AD__ID_END) {
+            term(&s, id, r->a, r->wa, 0);
+            term(&s, id, r->b, r->wb, 1);
+            continue;
+        }
+        for (uint32_t k = r->a; k >= 1 && !s.found; k--) {  /* the run, in the sweeps' order */
+            const ad__record *q = ad_tape_record(t, id - k);
+            term(&s, id, q->a, q->wa, 0);
+            term(&s, id, q->b, q->wb, 1);
+        }
+    }
+    ad_free(slot);
+    t->adj_zero = 0;
+    if (!s.found)
+        return AD_OK;
+    ad_thread *th = ad_thread_self();
+    th->fault = s.f;
+    th->has_fault = 1;
+    return AD_ENONFINITE;
+}

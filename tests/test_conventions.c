@@ -241,6 +241,56 @@ static void test_fmin_fmax_ignore_nan(void **state)
     assert_same(gb, 0.0);
 }
 
+/* Two NaNs: no argument to prefer; the value is NaN, and so are the
+ * partials (found by the fuzzer: they were 1 and 0). */
+static void test_fmin_fmax_two_nans(void **state)
+{
+    double ga, gb;
+    (void)state;
+    assert_nan(d2(b_fmin, NAN, NAN, &ga, &gb));
+    assert_nan(ga);
+    assert_nan(gb);
+    assert_nan(d2(b_fmax, NAN, NAN, &ga, &gb));
+    assert_nan(ga);
+    assert_nan(gb);
+}
+
+static ad_real pow_x_huge(ad_real x) { return ad_pow(x, 1.3e16); }
+static ad_real pow_x_tiny(ad_real x) { return ad_pow(x, -1e-310); }
+
+/* d/da a^b for a < 0 where b - 1 rounds (found by the fuzzer): for |b| >=
+ * 2^53 to b itself, whose parity differs from b - 1's; for a tiny b to an
+ * integer, although a^b is not real. 1.3e16 is even: a^b > 0 and
+ * a^(b-1) < 0, so b a^(b-1) is -Inf at a = -3 and b at a = -1. */
+static void test_pow_negative_base_rounded_exponent(void **state)
+{
+    double fx;
+    (void)state;
+    assert_same(d1(pow_x_huge, -3.0, &fx), -INFINITY);
+    assert_same(fx, INFINITY);
+    assert_same(d1(pow_x_huge, -1.0, &fx), -1.3e16);
+    assert_same(fx, 1.0);
+    assert_same(d1(pow_x_huge, 3.0, &fx), INFINITY);
+    assert_nan(d1(pow_x_tiny, -0.5, &fx));
+    assert_nan(fx);
+}
+
+/* Partials that are subnormal numbers although an intermediate overflows
+ * (found by the fuzzer: they came out 0): d/dx atan x = 1 / (1 + x^2) at
+ * 1e160 is 1e-320; sech^2 x at 360 is 4 e^-720 (5.7e-313). */
+static void test_subnormal_partials(void **state)
+{
+    double fx;
+    (void)state;
+    double g = d1(u_atan, 1e160, &fx);
+    assert_near(g, 1e-320, 0.0, 0x1p-1074);
+    assert_near(d1(u_atan, -1e160, &fx), 1e-320, 0.0, 0x1p-1074);
+    g = d1(u_tanh, 360.0, &fx);
+    assert_near(g, 4.0 * exp(-720.0), 1e-3, 0.0);  /* subnormal: 3 digits */
+    assert_true(g > 0.0);
+    assert_same(d1(u_tanh, 800.0, &fx), 0.0);
+}
+
 static ad_real pow_x_0(ad_real x) { return ad_pow(x, 0.0); }
 static ad_real pow_0_x(ad_real x) { return ad_pow(0.0, x); }
 static ad_real pow_x_3(ad_real x) { return ad_pow(x, 3); }
@@ -423,6 +473,9 @@ int main(void)
         cmocka_unit_test(test_fabs_at_zero),
         cmocka_unit_test(test_fmin_fmax_ties),
         cmocka_unit_test(test_fmin_fmax_ignore_nan),
+        cmocka_unit_test(test_fmin_fmax_two_nans),
+        cmocka_unit_test(test_pow_negative_base_rounded_exponent),
+        cmocka_unit_test(test_subnormal_partials),
         cmocka_unit_test(test_pow_conventions),
         cmocka_unit_test(test_pow_edges),
         cmocka_unit_test(test_pow_integer_exponents),

@@ -101,6 +101,11 @@ static inline double ad__pow_da(double a, double b, double v)
 {
     if (b == 0.0)
         return 0.0;
+    /* For a < 0, b - 1 rounded keeps neither integrality (tiny b: pow(a,
+     * b - 1) is finite where v is NaN) nor parity (|b| >= 2^53, where b - 1
+     * is b): b v / a has both. */
+    if (AD__UNLIKELY(a < 0.0) && (b - 1.0 == b || v != v))
+        return b * v / a;
     double d = b * pow(a, b - 1.0);
     if (AD__UNLIKELY(fabs(d) > DBL_MAX) && a > 0.0 && a < 1.0)
         d = b * v / a;
@@ -199,11 +204,11 @@ static inline ad_real ad_hypot_rr(ad_real a, ad_real b)
 
 /* convention: at a tie each argument gets 1/2 (a subgradient, and exact for
  * fmin(x, x) = x).  A NaN argument is ignored, as C's fmin ignores it, so its
- * partial is 0 and the other argument's is 1. */
+ * partial is 0 and the other argument's is 1; two NaNs give NaN partials. */
 static inline double ad__select_weight(double a, double b, int a_wins)
 {
     if (b != b)
-        return 1.0;
+        return a != a ? a : 1.0;  /* both NaN: the value is, and so are the partials */
     if (a != a)
         return 0.0;
     return a == b ? 0.5 : (double)a_wins;
@@ -315,17 +320,22 @@ static inline ad_real ad_acos_r(ad_real x)
     return ad__rec1(acos(x.v), x, -1.0 / sqrt((1.0 - x.v) * (1.0 + x.v)), AD__OP_ACOS, 0.0);
 }
 
-static inline ad_real ad_atan_r(ad_real x) {
-    return ad__rec1(atan(x.v), x, 1.0 / (1.0 + x.v * x.v), AD__OP_ATAN, 0.0);
+/* Past 2^500, x^2 would overflow where 1 / x^2 is a subnormal number. */
+static inline ad_real ad_atan_r(ad_real x)
+{
+    double w = AD__UNLIKELY(fabs(x.v) > 0x1p500) ? 1.0 / x.v / x.v : 1.0 / (1.0 + x.v * x.v);
+    return ad__rec1(atan(x.v), x, w, AD__OP_ATAN, 0.0);
 }
 static inline ad_real ad_sinh_r(ad_real x) { return ad__rec1(sinh(x.v), x, cosh(x.v), AD__OP_SINH, 0.0); }
 static inline ad_real ad_cosh_r(ad_real x) { return ad__rec1(cosh(x.v), x, sinh(x.v), AD__OP_COSH, 0.0); }
 
-/* sech^2 from cosh: 1 - tanh^2 cancels to 0 for |x| > 19. */
+/* sech^2 from cosh: 1 - tanh^2 cancels to 0 for |x| > 19; squared after
+ * the division, as cosh^2 overflows for |x| > 355 where sech^2 is still
+ * above DBL_MIN. */
 static inline ad_real ad_tanh_r(ad_real x)
 {
-    double c = cosh(x.v);
-    return ad__rec1(tanh(x.v), x, 1.0 / (c * c), AD__OP_TANH, 0.0);
+    double s = 1.0 / cosh(x.v);
+    return ad__rec1(tanh(x.v), x, s * s, AD__OP_TANH, 0.0);
 }
 
 /* hypot(x, 1) rather than sqrt(x*x + 1): no overflow for large |x|. */

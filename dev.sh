@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dualrev quick start: ./dev.sh example | test | sanitize | warnings | i386 | tsan | bench
+# dualrev quick start: ./dev.sh example | test | sanitize | warnings | i386 | tsan | fuzz SECONDS [SEED] | bench
 # Installs the Debian packages a step needs (as root, with apt-get) before it runs.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -94,6 +94,13 @@ i386)
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
         meson test -C build-i386-san --print-errorlogs --no-suite consumers
     ;;
+fuzz)
+    # The differential fuzzer for SECONDS (default 60) from SEED (default:
+    # the clock, printed): the seed and a shrunk program of each failure.
+    need $BASE_PKGS
+    configure build -Dtests=enabled
+    tests/fuzz/long_run.sh "${2:-60}" "${3:-$(date +%s)}" build
+    ;;
 tsan)
     # ThreadSanitizer over every test that starts threads, built by clang:
     # nothing else in CI runs the tests compiled by clang (gcc 12's TSan
@@ -147,7 +154,7 @@ bench)
     BUILD_DIR=build ./benchmarks/run.sh
     ;;
 *)
-    echo "usage: $0 example|test|sanitize|warnings|i386|tsan|bench" >&2
+    echo "usage: $0 example|test|sanitize|warnings|i386|tsan|fuzz SECONDS [SEED]|bench" >&2
     exit 2
     ;;
 esac

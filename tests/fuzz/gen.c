@@ -1,0 +1,362 @@
+/* The random program generator.
+ *
+ * Two input modes: "tame" programs keep the operands of domain-restricted
+ * operations inside their domains (the generator evaluates each
+ * instruction on double as it appends it), so most derivatives are finite
+ * and checked to the tolerance; "edge" programs draw inputs and constants
+ * from the edges: +-0, subnormals, 1e-300, 1e300, values whose products
+ * pass 2^511 and 2^-1022, poles, Inf and NaN. */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "prog.h"
+
+uint64_t rng_next(rng *r)
+{
+    /* splitmix64: every seed a good stream */
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+double rng_unit(rng *r) { return (double)(rng_next(r) >> 11) * 0x1p-53; }
+int rng_int(rng *r, int n) { return n <= 0 ? 0 : (int)(rng_next(r) % (uint64_t)n); }
+
+static double ordinary(rng *r)
+{
+    double v = 4.0 * rng_unit(r) - 2.0;
+    return rng_int(r, 4) == 0 ? ldexp(v, rng_int(r, 9) - 4) : v;
+}
+
+static const double edges[] = {
+    0.0, -0.0, 1.0, -1.0, 0.5, 2.0, -2.0, 3.0, -3.0, 0x1p-1074, -0x1p-1074, 1e-310, -1e-310,
+    0x1p-1022, 1e-300, -1e-300, 1e300, -1e300, 1e-200, 1e200, 1e-160, 1e160, 1e154, 0x1p511,
+    0x1p-511, 1e-100, 1e100, DBL_MAX, -DBL_MAX, 700.0, -745.0, 710.0, 1e-20, 1e20, 0.999999,
+    1.000001, 171.5, -0.5, INFINITY, -INFINITY, NAN,
+};
+
+/* An input or constant of an edge program. */
+double gen_input(rng *r)
+{
+    if (rng_int(r, 3) == 0)
+        return ordinary(r);
+    return edges[rng_int(r, (int)(sizeof edges / sizeof edges[0]))];
+}
+
+typedef struct gen {
+    rng r;
+    prog *p;
+    double *val;   /* the double value of every slot so far */
+    int cap_code, cap_args, cap_consts, cap_val;
+    int tame, hub, chain;
+} gen;
+
+static void *grow(void *a, int *cap, int need, size_t size)
+{
+    if (need <= *cap)
+        return a;
+    int c = *cap ? *cap : 16;
+    while (c < need)
+        c *= 2;
+    *cap = c;
+    return realloc(a, (size_t)c * size);
+}
+
+static double num(gen *g) { return g->tame ? ordinary(&g->r) : gen_input(&g->r); }
+
+/* A slot to read: the newest (a chain), the hub (fan-out) or any. */
+static int pick(gen *g)
+{
+    int ns = g->p->nslots;
+    int u = rng_int(&g->r, 10);
+    if (g->chain && u < 7)
+        return ns - 1;
+    if (g->hub >= 0 && u < 4)
+        return g->hub;
+    if (u < 5)
+        return ns - 1 - rng_int(&g->r, ns < 4 ? ns : 4);
+    return rng_int(&g->r, ns);
+}
+
+static int push_arg(gen *g, int slot)
+{
+    prog *p = g->p;
+    p->args = grow(p->args, &g->cap_args, p->nargs + 1, sizeof *p->args);
+    p->args[p->nargs] = slot;
+    return p->nargs++;
+}
+
+static int push_const(gen *g, double c)
+{
+    prog *p = g->p;
+    p->consts = grow(p->consts, &g->cap_consts, p->nconsts + 1, sizeof *p->consts);
+    p->consts[p->nconsts] = c;
+    return p->nconsts++;
+}
+
+/* Appends in, evaluates it on double, returns its first output slot. */
+static int append(gen *g, insn in)
+{
+    prog *p = g->p;
+    in.out = p->nslots;
+    p->code = grow(p->code, &g->cap_code, p->ncode + 1, sizeof *p->code);
+    p->code[p->ncode++] = in;
+    p->nslots += in.nout;
+    g->val = grow(g->val, &g->cap_val, p->nslots, sizeof *g->val);
+    run_double_step(p, g->val, p->ncode - 1);
+    return in.out;
+}
+
+static insn blank(int op)
+{
+    insn in;
+    memset(&in, 0, sizeof in);
+    in.op = op;
+    in.a = in.b = in.c = in.d = -1;
+    in.nout = 1;
+    return in;
+}
+
+/* Whether a tame program may apply op to v. */
+static int in_domain(int op, double v)
+{
+    switch (op) {
+    case OP_SQRT: case OP_LOG: case OP_LOG2: case OP_LOG10: return v > 0.0;
+    case OP_LOG1P: return v > -1.0;
+    case OP_ACOSH: return v >= 1.0 && v < 1e10;
+    case OP_ASIN: case OP_ACOS: case OP_ATANH: return fabs(v) < 1.0;
+    case OP_EXP: case OP_EXPM1: case OP_SINH: case OP_COSH: return fabs(v) < 50.0;
+    case OP_TAN: case OP_SIN: case OP_COS: return fabs(v) < 100.0;
+    case OP_LGAMMA: case OP_TGAMMA: return fabs(v) < 30.0 && !(v <= 0.0 && v == floor(v));
+    case OP_CBRT: return v != 0.0;
+    case OP_ERF: case OP_ERFC: case OP_TANH: case OP_ATAN: case OP_ASINH: return fabs(v) < 1e6;
+    default: return isfinite(v) && fabs(v) < 1e6;
+    }
+}
+
+/* A slot whose value op accepts, in a tame program: one of a few picks,
+ * else a new slot mapped into the domain. */
+static int operand(gen *g, int op)
+{
+    for (int t = 0; t < 6; t++) {
+        int s = pick(g);
+        if (!g->tame || in_domain(op, g->val[s]))
+            return s;
+    }
+    insn in = blank(OP_HYPOT);  /* hypot(s, 1) >= 1: every domain above but |x| < 1 */
+    in.mode = 1;
+    in.k = 1.0 + rng_unit(&g->r);
+    in.a = pick(g);
+    if (!isfinite(g->val[in.a]) || fabs(g->val[in.a]) > 10.0) {
+        in.op = OP_TANH;  /* tanh of a finite value, then scaled below 1 */
+        in.mode = 0;
+    }
+    int s = append(g, in);
+    if (in_domain(op, g->val[s]))
+        return s;
+    in = blank(OP_TANH);
+    in.a = s;
+    s = append(g, in);
+    in = blank(OP_MUL);
+    in.mode = 1;
+    in.a = s;
+    in.k = 0.5;
+    return append(g, in);
+}
+
+static int array_len(gen *g)
+{
+    int u = rng_int(&g->r, 20);
+    return u < 2 ? 0 : u < 6 ? 1 : u < 18 ? 2 + rng_int(&g->r, 7) : 50 + rng_int(&g->r, 250);
+}
+
+static void fill_args(gen *g, insn *in, int count)
+{
+    in->arg = g->p->nargs;
+    for (int i = 0; i < count; i++)
+        push_arg(g, pick(g));
+}
+
+/* A matrix of slots, sometimes triangular (constant zeros on one side),
+ * sometimes with constant (possibly infinite) entries. */
+static void fill_matrix(gen *g, insn *in)
+{
+    int R = in->rows, L = in->len, tri = rng_int(&g->r, 4);
+    int *ids = malloc(((size_t)R * (size_t)L + 1) * sizeof *ids);
+    for (int j = 0; j < R; j++)
+        for (int l = 0; l < L; l++) {
+            int zero = (tri == 1 && l > j) || (tri == 2 && l < j);
+            if (zero || rng_int(&g->r, 8) == 0) {
+                insn c = blank(OP_CONST);
+                c.k = zero ? (rng_int(&g->r, 2) ? 0.0 : -0.0) : num(g);
+                ids[j * L + l] = append(g, c);
+            } else {
+                ids[j * L + l] = pick(g);
+            }
+        }
+    in->arg = g->p->nargs;
+    for (int i = 0; i < R * L; i++)
+        push_arg(g, ids[i]);
+    free(ids);
+}
+
+static void gen_array(gen *g, int op)
+{
+    insn in = blank(op);
+    in.len = array_len(g);
+    if (op >= OP_MATVEC) {
+        in.len = in.len > 12 ? 12 : in.len;
+        in.rows = rng_int(&g->r, 5);
+    }
+    int L = in.len, R = in.rows;
+    switch (op) {
+    case OP_DOT: in.mode = rng_int(&g->r, 4) == 0; fill_args(g, &in, 2 * L); break;
+    case OP_DOT_RD: case OP_MATVEC:
+        in.mode = op == OP_DOT_RD && rng_int(&g->r, 2);  /* ad_dot_dr: the constant first */
+        fill_args(g, &in, L);
+        in.cst = g->p->nconsts;
+        for (int i = 0; i < (op == OP_MATVEC ? R * L : L); i++)
+            push_const(g, num(g));
+        in.nout = op == OP_MATVEC ? R : 1;
+        break;
+    case OP_MATVEC_RR: fill_args(g, &in, R * L + L); in.nout = R; break;
+    case OP_AXPY:
+        in.mode = rng_int(&g->r, 4) == 0;
+        in.k = num(g);
+        fill_args(g, &in, 2 * L);
+        in.nout = L;
+        break;
+    case OP_MAT_VEC: case OP_MAT_SQNORM: {
+        in.mode = rng_int(&g->r, op == OP_MAT_VEC ? 3 : 2);
+        fill_matrix(g, &in);
+        int nx = in.mode == 1 ? 0 : in.mode == 2 ? 2 * L : L;
+        for (int i = 0; i < nx; i++)
+            push_arg(g, pick(g));
+        in.cst = g->p->nconsts;
+        if (in.mode == 1)
+            for (int i = 0; i < L; i++)
+                push_const(g, num(g));
+        in.nout = op == OP_MAT_SQNORM ? 1 : in.mode == 2 ? 2 * R : R;
+        break;
+    }
+    case OP_EXTERNAL:
+        in.len = 1 + rng_int(&g->r, 4);
+        in.rows = rng_int(&g->r, 4);
+        in.sub = rng_int(&g->r, 3) == 0;
+        fill_args(g, &in, in.len);
+        in.nout = in.rows;
+        break;
+    default: fill_args(g, &in, L); break;
+    }
+    if (in.nout > 0)
+        append(g, in);
+}
+
+static void gen_nest(gen *g, int depth)
+{
+    prog *p = g->p;
+    insn in = blank(OP_NEST);
+    in.len = 1 + rng_int(&g->r, 3);
+    in.sub = p->nsubs;
+    in.d = rng_int(&g->r, in.len + 1) - 1;
+    p->subs = realloc(p->subs, (size_t)(p->nsubs + 1) * sizeof *p->subs);
+    prog *sub = &p->subs[p->nsubs++];
+    gen_program(sub, rng_next(&g->r) | (uint64_t)depth << 62, -in.len);
+    fill_args(g, &in, in.len);
+    append(g, in);
+}
+
+static void gen_insn(gen *g, int depth)
+{
+    int u = rng_int(&g->r, 100), op;
+    if (u < 45) {
+        op = OP_FIRST_UNARY + rng_int(&g->r, OP_FIRST_BINARY - OP_FIRST_UNARY);
+        insn in = blank(op);
+        in.a = operand(g, op);
+        append(g, in);
+    } else if (u < 72) {
+        op = OP_FIRST_BINARY + rng_int(&g->r, OP_FIRST_ARRAY - OP_FIRST_BINARY);
+        insn in = blank(op);
+        in.mode = rng_int(&g->r, 3);
+        in.a = op == OP_POW && g->tame ? operand(g, OP_LOG) : pick(g);
+        in.b = pick(g);
+        in.k = num(g);
+        if (g->tame && op == OP_POW && in.mode == 1)
+            in.k = 3.0 * rng_unit(&g->r) - 1.0;
+        if (g->tame && op == OP_POW && in.mode == 0 && fabs(g->val[in.b]) > 5.0)
+            in.mode = 1, in.k = 2.0;
+        if (g->tame && op == OP_POW && in.mode == 2)
+            in.k = 0.5 + rng_unit(&g->r), in.a = operand(g, OP_TANH);
+        if (g->tame && op == OP_DIV && in.mode != 2 && fabs(g->val[in.b]) < 1e-3)
+            in.mode = 1, in.k = 1.5;
+        append(g, in);
+    } else if (u < 92) {
+        gen_array(g, OP_FIRST_ARRAY + rng_int(&g->r, OP_COUNT - OP_FIRST_ARRAY));
+    } else if (u < 95) {
+        insn in = blank(OP_CONST);
+        in.k = num(g);
+        append(g, in);
+    } else if (u < 98 || depth > 0) {
+        insn in = blank(OP_BRANCH);
+        in.a = pick(g), in.b = pick(g), in.c = pick(g), in.d = pick(g);
+        append(g, in);
+    } else {
+        gen_nest(g, depth);
+    }
+}
+
+/* size_hint < 0: a nested objective with -size_hint inputs and one output,
+ * no externals or nesting of its own (the top bits of seed: depth). */
+void gen_program(prog *p, uint64_t seed, int size_hint)
+{
+    gen g;
+    memset(&g, 0, sizeof g);
+    memset(p, 0, sizeof *p);
+    g.r.s = seed;
+    g.p = p;
+    int depth = size_hint < 0;
+    g.tame = rng_int(&g.r, 2);
+    int shape = rng_int(&g.r, 10);
+    g.chain = shape == 0;
+    p->n = depth ? -size_hint : rng_int(&g.r, 10) == 0 ? 0 : 1 + rng_int(&g.r, 6);
+    p->m = depth ? 1 : 1 + rng_int(&g.r, 4);
+    p->nslots = p->n;
+    p->x = malloc(((size_t)p->n + 1) * sizeof *p->x);
+    p->v = malloc(((size_t)p->n + 1) * sizeof *p->v);
+    p->w = malloc(((size_t)p->m + 1) * sizeof *p->w);
+    g.val = grow(g.val, &g.cap_val, p->n + 1, sizeof *g.val);
+    for (int i = 0; i < p->n; i++)
+        g.val[i] = p->x[i] = g.tame ? ordinary(&g.r) : gen_input(&g.r);
+    if (p->n == 0) {  /* something to read: a constant */
+        insn in = blank(OP_CONST);
+        in.k = num(&g);
+        append(&g, in);
+    }
+    g.hub = shape == 1 ? rng_int(&g.r, p->nslots) : -1;
+    int count = depth ? 1 + rng_int(&g.r, 5)
+              : g.chain ? 50 + rng_int(&g.r, 200)
+              : size_hint > 0 ? 1 + rng_int(&g.r, size_hint) : 1 + rng_int(&g.r, 30);
+    for (int i = 0; i < count; i++) {
+        if (depth && rng_int(&g.r, 3) == 0)
+            gen_array(&g, OP_SUM + rng_int(&g.r, OP_MATVEC - OP_SUM));
+        else if (depth)
+            gen_insn(&g, 1);
+        else
+            gen_insn(&g, 0);
+    }
+    p->outs = malloc((size_t)p->m * sizeof *p->outs);
+    for (int j = 0; j < p->m; j++)
+        p->outs[j] = rng_int(&g.r, 4) == 0 ? rng_int(&g.r, p->nslots) : p->nslots - 1 - rng_int(&g.r, 3 < p->nslots ? 3 : p->nslots);
+    /* Directions and weights: nonzero, so that every input and output is
+     * seeded; edge programs sometimes scale them far out. */
+    for (int i = 0; i < p->n; i++)
+        p->v[i] = (rng_unit(&g.r) + 0.5) * (rng_int(&g.r, 2) ? 1 : -1) *
+                  (!g.tame && rng_int(&g.r, 5) == 0 ? (rng_int(&g.r, 2) ? 1e200 : 1e-200) : 1.0);
+    for (int j = 0; j < p->m; j++)
+        p->w[j] = (rng_unit(&g.r) + 0.5) * (rng_int(&g.r, 2) ? 1 : -1) *
+                  (!g.tame && rng_int(&g.r, 5) == 0 ? (rng_int(&g.r, 2) ? 1e200 : 1e-200) : 1.0);
+    free(g.val);
+}

@@ -1,0 +1,206 @@
+/* The program interpreter on double and on ad_real, and the ad_function /
+ * ad_objective wrappers the drivers call. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "prog.h"
+
+int fuzz_interp_errors;  /* an ad_mat_make or ad_external that failed */
+
+/* ---- the external function: y_j = s x_a x_b + sin(x_c), with
+ * a = j mod L, b = (j+1) mod L, c = (j+2) mod L and s = *ctx.  Its rules
+ * skip zero seeds, as a careful rule does: an output that the sweep does
+ * not reach gets a zero cotangent, and its partial may be infinite. ---- */
+double fuzz_ext_scale = 1.5;
+
+static void ext_idx(size_t j, size_t n, size_t *a, size_t *b, size_t *c)
+{
+    *a = j % n;
+    *b = (j + 1) % n;
+    *c = (j + 2) % n;
+}
+
+static void ext_primal(void *ctx, size_t n, const double *x, size_t m, double *y)
+{
+    double sc = *(const double *)ctx;
+    for (size_t j = 0; j < m; j++) {
+        size_t a, b, c;
+        ext_idx(j, n, &a, &b, &c);
+        y[j] = sc * x[a] * x[b] + sin(x[c]);
+    }
+}
+
+static void ext_vjp(void *ctx, size_t n, const double *x, size_t m, const double *y,
+                    const double *ybar, double *xbar)
+{
+    (void)y;
+    double sc = *(const double *)ctx;
+    for (size_t j = 0; j < m; j++) {
+        size_t a, b, c;
+        if (ybar[j] == 0)
+            continue;
+        ext_idx(j, n, &a, &b, &c);
+        xbar[a] += ybar[j] * (sc * x[b]);
+        xbar[b] += ybar[j] * (sc * x[a]);
+        xbar[c] += ybar[j] * cos(x[c]);
+    }
+}
+
+static void ext_jvp(void *ctx, size_t n, const double *x, size_t m, const double *y,
+                    const double *xdot, double *ydot)
+{
+    (void)y;
+    double sc = *(const double *)ctx;
+    for (size_t j = 0; j < m; j++) {
+        size_t a, b, c;
+        ext_idx(j, n, &a, &b, &c);
+        ydot[j] = (xdot[a] == 0 ? 0 : (sc * x[b]) * xdot[a]) + (xdot[b] == 0 ? 0 : (sc * x[a]) * xdot[b]) +
+                  (xdot[c] == 0 ? 0 : cos(x[c]) * xdot[c]);
+    }
+}
+
+const ad_rule fuzz_rule_jvp = {ext_primal, ext_vjp, ext_jvp};
+const ad_rule fuzz_rule_nojvp = {ext_primal, ext_vjp, NULL};
+
+/* ---- nested gradients: the result is a constant of the outer program ---- */
+
+static double nest_value(const prog *p, const insn *in, const double *vals)
+{
+    const prog *sub = &p->subs[in->sub];
+    double fx, *grad = malloc(((size_t)in->len + 1) * sizeof *grad);
+    if (ad_gradient(fuzz_objective, (void *)sub, (size_t)in->len, vals, &fx, grad) != AD_OK)
+        fuzz_interp_errors++;
+    double r = in->d < 0 ? fx : grad[in->d];
+    free(grad);
+    return r;
+}
+
+static double nest_value_d(const prog *p, const insn *in, const double *s)
+{
+    double *vals = malloc(((size_t)in->len + 1) * sizeof *vals);
+    for (int i = 0; i < in->len; i++)
+        vals[i] = s[p->args[in->arg + i]];
+    double r = nest_value(p, in, vals);
+    free(vals);
+    return r;
+}
+
+static double nest_value_r(const prog *p, const insn *in, const ad_real *s)
+{
+    double *vals = malloc(((size_t)in->len + 1) * sizeof *vals);
+    for (int i = 0; i < in->len; i++)
+        vals[i] = ad_value(s[p->args[in->arg + i]]);
+    double r = nest_value(p, in, vals);
+    free(vals);
+    return r;
+}
+
+/* ---- elementary operations by opcode, both types ---- */
+
+#define UNARY_CASES(x)                                                             \
+    case OP_NEG: return ad_neg(x);     case OP_SQRT: return ad_sqrt(x);            \
+    case OP_CBRT: return ad_cbrt(x);   case OP_EXP: return ad_exp(x);              \
+    case OP_EXPM1: return ad_expm1(x); case OP_LOG: return ad_log(x);              \
+    case OP_LOG1P: return ad_log1p(x); case OP_LOG2: return ad_log2(x);            \
+    case OP_LOG10: return ad_log10(x); case OP_SIN: return ad_sin(x);              \
+    case OP_COS: return ad_cos(x);     case OP_TAN: return ad_tan(x);              \
+    case OP_ASIN: return ad_asin(x);   case OP_ACOS: return ad_acos(x);            \
+    case OP_ATAN: return ad_atan(x);   case OP_SINH: return ad_sinh(x);            \
+    case OP_COSH: return ad_cosh(x);   case OP_TANH: return ad_tanh(x);            \
+    case OP_ASINH: return ad_asinh(x); case OP_ACOSH: return ad_acosh(x);          \
+    case OP_ATANH: return ad_atanh(x); case OP_FABS: return ad_fabs(x);            \
+    case OP_ERF: return ad_erf(x);     case OP_ERFC: return ad_erfc(x);            \
+    case OP_LGAMMA: return ad_lgamma(x); case OP_TGAMMA: return ad_tgamma(x);      \
+    default: abort();
+
+#define BINARY_CASES(a, b)                                                         \
+    case OP_ADD: return ad_add(a, b);     case OP_SUB: return ad_sub(a, b);        \
+    case OP_MUL: return ad_mul(a, b);     case OP_DIV: return ad_div(a, b);        \
+    case OP_POW: return ad_pow(a, b);     case OP_ATAN2: return ad_atan2(a, b);    \
+    case OP_HYPOT: return ad_hypot(a, b); case OP_FMIN: return ad_fmin(a, b);      \
+    case OP_FMAX: return ad_fmax(a, b);   default: abort();
+
+static double unary_d(int op, double x) { switch (op) { UNARY_CASES(x) } }
+static ad_real unary_r(int op, ad_real x) { switch (op) { UNARY_CASES(x) } }
+static double binary_dd(int op, double a, double b) { switch (op) { BINARY_CASES(a, b) } }
+static ad_real binary_rr(int op, ad_real a, ad_real b) { switch (op) { BINARY_CASES(a, b) } }
+static ad_real binary_rd(int op, ad_real a, double b) { switch (op) { BINARY_CASES(a, b) } }
+static ad_real binary_dr(int op, double a, ad_real b) { switch (op) { BINARY_CASES(a, b) } }
+
+/* ---- the two instantiations ---- */
+
+static void external_d(const ad_rule *rule, int n, const double *x, int m, double *y)
+{
+    rule->primal(&fuzz_ext_scale, (size_t)n, x, (size_t)m, y);
+}
+
+static void external_r(const ad_rule *rule, int n, const ad_real *x, int m, ad_real *y)
+{
+    if (ad_external(rule, &fuzz_ext_scale, (size_t)n, x, (size_t)m, y) != AD_OK)
+        fuzz_interp_errors++;
+}
+
+#define T double
+#define RUN run_d
+#define unary unary_d
+#define binary_rr binary_dd
+#define binary_rd binary_dd
+#define binary_dr binary_dd
+#define nest_value nest_value_d
+#define MATVEC_RR ad_matvec_d
+#define EXTERNAL external_d
+#include "interp_body.h"
+#undef T
+#undef RUN
+#undef unary
+#undef binary_rr
+#undef binary_rd
+#undef binary_dr
+#undef nest_value
+#undef MATVEC_RR
+#undef EXTERNAL
+
+#define T ad_real
+#define RUN run_r
+#define unary unary_r
+#define nest_value nest_value_r
+#define MATVEC_RR ad_matvec_rr
+#define EXTERNAL external_r
+#include "interp_body.h"
+
+void run_double(const prog *p, const double *x, double *slots)
+{
+    if (p->n)
+        memcpy(slots, x, (size_t)p->n * sizeof *x);
+    run_d(p, slots, 0, p->ncode);
+}
+
+void run_double_step(const prog *p, double *slots, int j)
+{
+    run_d(p, slots, j, j + 1);
+}
+
+/* The drivers' callbacks: ctx is the program. */
+void fuzz_function(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
+{
+    const prog *p = ctx;
+    ad_real *s = malloc(((size_t)p->nslots + 1) * sizeof *s);
+    if (n)
+        memcpy(s, x, n * sizeof *x);
+    run_r(p, s, 0, p->ncode);
+    for (size_t j = 0; j < m; j++)
+        y[j] = s[p->outs[j]];
+    free(s);
+}
+
+ad_real fuzz_objective(const ad_real *x, size_t n, void *ctx)
+{
+    const prog *p = ctx;
+    ad_real *s = malloc(((size_t)p->nslots + 1) * sizeof *s);
+    if (n)
+        memcpy(s, x, n * sizeof *x);
+    run_r(p, s, 0, p->ncode);
+    ad_real r = s[p->outs[0]];
+    free(s);
+    return r;
+}

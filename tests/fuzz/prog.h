@@ -1,0 +1,96 @@
+/* The fuzzer's programs: a DAG of instructions over numbered slots.
+ *
+ * Slots 0..n-1 are the inputs; each instruction writes nout consecutive
+ * slots from `out`, reading only lower slots, so slot order is a
+ * topological order.  The same program runs on double and on ad_real
+ * (interp.h), and the oracle (oracle.c) linearises it at the double run's
+ * values. */
+#ifndef FUZZ_PROG_H
+#define FUZZ_PROG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <dualrev.h>
+
+enum {
+    OP_CONST, OP_BRANCH, OP_NEST,
+    /* unary */
+    OP_NEG, OP_SQRT, OP_CBRT, OP_EXP, OP_EXPM1, OP_LOG, OP_LOG1P, OP_LOG2, OP_LOG10,
+    OP_SIN, OP_COS, OP_TAN, OP_ASIN, OP_ACOS, OP_ATAN, OP_SINH, OP_COSH, OP_TANH,
+    OP_ASINH, OP_ACOSH, OP_ATANH, OP_FABS, OP_ERF, OP_ERFC, OP_LGAMMA, OP_TGAMMA,
+    /* binary: mode 0 slot-slot, 1 slot-constant, 2 constant-slot */
+    OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_POW, OP_ATAN2, OP_HYPOT, OP_FMIN, OP_FMAX,
+    /* array primitives over the args pool */
+    OP_SUM, OP_DOT, OP_DOT_RD, OP_SQNORM, OP_PROD, OP_LSE, OP_MATVEC, OP_MATVEC_RR,
+    OP_AXPY, OP_MAT_VEC, OP_MAT_SQNORM, OP_EXTERNAL,
+    OP_COUNT
+};
+#define OP_FIRST_UNARY OP_NEG
+#define OP_FIRST_BINARY OP_ADD
+#define OP_FIRST_ARRAY OP_SUM
+
+/* Field use by op (len = array length, rows = matrix rows / external outputs):
+ *   CONST     k
+ *   BRANCH    out = value(a) < value(b) ? slot c : slot d
+ *   NEST      ad_gradient of subs[sub] at args[arg..arg+len); d < 0: fx, else grad[d]
+ *   unary     a;  binary: a, b, k and mode
+ *   SUM SQNORM PROD LSE   args[arg..+len)
+ *   DOT       x = args[arg..+len), y = args[arg+len..+len); mode 1: y is x (same array)
+ *   DOT_RD    x = args, c = consts[cst..+len); mode 1: ad_dot(c, x), ad_dot_dr
+ *   MATVEC    A = consts[cst..+rows*len), x = args: rows outputs
+ *   MATVEC_RR A = args[arg..+rows*len), x = args[arg+rows*len..+len)
+ *   AXPY      y += k x, x = args[arg..+len), y = args[arg+len..+len); mode 1: x is y.
+ *   MAT_VEC   A = args[arg..+rows*len) recorded; mode 0: x = args after A;
+ *             mode 1: x = consts[cst..+len); mode 2: two products, x1, x2 after A
+ *   MAT_SQNORM as MAT_VEC modes 0 and 1, one output
+ *   EXTERNAL  x = args, rows outputs; sub 0: rule with jvp, 1: without */
+typedef struct insn {
+    int op, mode;
+    int a, b, c, d;
+    double k;
+    int arg, len, rows, cst, sub;
+    int out, nout;
+} insn;
+
+typedef struct prog {
+    int n, m, nslots;
+    int ncode, nargs, nconsts, nsubs;
+    insn *code;
+    int *args;
+    double *consts;
+    int *outs;          /* m output slots */
+    struct prog *subs;  /* nested objectives (one output each) */
+    double *x, *v, *w;  /* the point, a tangent direction (n), output weights (m) */
+} prog;
+
+/* Bit masks over inputs and outputs: n <= 32, m <= 32 (the generator keeps
+ * n <= 6, m <= 4). */
+
+/* gen.c */
+typedef struct rng { uint64_t s; } rng;
+uint64_t rng_next(rng *r);
+double rng_unit(rng *r);
+int rng_int(rng *r, int n);
+void gen_program(prog *p, uint64_t seed, int size_hint);
+double gen_input(rng *r);
+
+/* prog.c */
+void prog_free(prog *p);
+void prog_copy(prog *dst, const prog *src);
+void prog_print(const prog *p, FILE *out);
+int prog_delete(prog *p, int j);
+const char *op_name(int op);
+int prog_has_external(const prog *p, int *without_jvp);
+
+/* interp.c: the program on double, and the drivers' ad_function/ad_objective */
+void run_double(const prog *p, const double *x, double *slots);
+void run_double_step(const prog *p, double *slots, int j);
+extern int fuzz_interp_errors;
+void fuzz_function(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx);
+ad_real fuzz_objective(const ad_real *x, size_t n, void *ctx);
+extern const ad_rule fuzz_rule_jvp, fuzz_rule_nojvp;
+extern double fuzz_ext_scale;
+
+#endif

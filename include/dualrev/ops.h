@@ -102,10 +102,16 @@ static inline double ad__pow_da(double a, double b, double v)
     if (b == 0.0)
         return 0.0;
     /* For a < 0, b - 1 rounded keeps neither integrality (tiny b: pow(a,
-     * b - 1) is finite where v is NaN) nor parity (|b| >= 2^53, where b - 1
-     * is b): b v / a has both. */
-    if (AD__UNLIKELY(a < 0.0) && (b - 1.0 == b || v != v))
-        return b * v / a;
+     * b - 1) is finite where v is NaN) nor parity (finite |b| >= 2^53,
+     * where b - 1 is b, and b even: b - 1 is odd, a^(b-1) = -|a|^(b-1)).
+     * An infinite b has no parity: pow takes |a| there, and so does
+     * b pow(a, b - 1). */
+    if (AD__UNLIKELY(a < 0.0)) {
+        if (v != v)
+            return v;
+        if (b - 1.0 == b && fabs(b) <= DBL_MAX)
+            return -b * pow(-a, b - 1.0);
+    }
     double d = b * pow(a, b - 1.0);
     if (AD__UNLIKELY(fabs(d) > DBL_MAX) && a > 0.0 && a < 1.0)
         d = b * v / a;

@@ -9,12 +9,25 @@
 
 #include "tape.h"
 
+/* Partials of one primitive, before they are recorded; per thread, freed
+ * with its tapes. */
+static _Thread_local double *scratch_buf;
+static _Thread_local size_t scratch_cap;
+
+static void scratch_free(void)
+{
+    ad_free(scratch_buf);
+    scratch_buf = NULL;
+    scratch_cap = 0;
+}
+
 /* Room for n partials, or NULL after ending the recording with AD_ENOMEM. */
 static double *scratch(ad_tape *t, size_t n)
 {
-    ad_thread *th = ad_thread_self();
-    if (ad_reserve((void **)&th->scratch, &th->scratch_cap, n, sizeof(double)) == AD_OK)
-        return th->scratch;
+    if (ad_reserve((void **)&scratch_buf, &scratch_cap, n, sizeof(double)) == AD_OK &&
+        ad_thread_cleanup(scratch_free) == AD_OK)
+        return scratch_buf;
+    scratch_free();
     ad_tape_fail(t, AD_ENOMEM);
     return NULL;
 }

@@ -673,12 +673,16 @@ typedef struct csr_out {
 
 static int csr_resize(csr_out *o, size_t cap);
 
-void ad_spare_csr_free(ad_thread *th)
+/* The arrays of the last Jacobian freed on this thread, for the next one
+ * built here: rows + 1 and nnz entries. */
+static _Thread_local ad_csr spare;
+
+static void spare_free(void)
 {
-    ad_free(th->spare.row_ptr);
-    ad_free(th->spare.col);
-    ad_free(th->spare.val);
-    memset(&th->spare, 0, sizeof th->spare);
+    ad_free(spare.row_ptr);
+    ad_free(spare.col);
+    ad_free(spare.val);
+    memset(&spare, 0, sizeof spare);
 }
 
 /* J's row pointers for m rows, and room for `want` entries: the spare
@@ -686,8 +690,7 @@ void ad_spare_csr_free(ad_thread *th)
  * left over are freed. */
 static int csr_start(csr_out *o, size_t m, size_t want)
 {
-    ad_thread *th = ad_thread_self();
-    ad_csr *J = o->J, *sp = &th->spare;
+    ad_csr *J = o->J, *sp = &spare;
     if (sp->row_ptr && sp->rows >= m) {  /* rows + 1 pointers */
         J->row_ptr = sp->row_ptr;
         sp->row_ptr = NULL;
@@ -699,7 +702,7 @@ static int csr_start(csr_out *o, size_t m, size_t want)
         sp->col = NULL;
         sp->val = NULL;
     }
-    ad_spare_csr_free(th);
+    spare_free();
     if (!J->row_ptr && !(J->row_ptr = ad_alloc((m + 1) * sizeof *J->row_ptr)))
         return 0;
     return want <= o->cap || csr_resize(o, want);
@@ -953,19 +956,17 @@ static ad_status build(ad_tape *t, size_t n, size_t m, ad_csr *J)
 }
 
 /* The arrays become the thread's spare ones (freeing those it had); their
- * sizes are the least J says they hold.  A thread that has recorded nothing
- * may not have its exit cleanup armed yet: it is armed here, or the spare
- * arrays are freed at once. */
+ * sizes are the least J says they hold.  They are freed with the thread's
+ * tapes (ad_thread_cleanup), or at once if that cannot be arranged. */
 void ad_csr_free(ad_csr *J)
 {
     if (!J)
         return;
-    ad_thread *th = ad_thread_self();
-    ad_spare_csr_free(th);
-    th->spare = *J;
+    spare_free();
+    spare = *J;
     memset(J, 0, sizeof *J);
-    if (ad_thread_arm(th) != AD_OK)
-        ad_spare_csr_free(th);
+    if (ad_thread_cleanup(spare_free) != AD_OK)
+        spare_free();
 }
 
 ad_status ad_sparse_jacobian(ad_function f, void *ctx, size_t n, const double *x, size_t m,

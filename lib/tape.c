@@ -88,10 +88,8 @@ static void free_tapes(ad_thread *th)
 {
     for (int i = 0; i < AD_MAX_NESTING; i++)
         ad_tape_free(&th->tapes[i]);
-    ad_free(th->scratch);
-    th->scratch = NULL;
-    th->scratch_cap = 0;
-    ad_spare_csr_free(th);
+    for (int i = 0; i < th->ncleanup; i++)
+        th->cleanup[i]();
 }
 
 static void free_thread(void *p)
@@ -123,6 +121,19 @@ ad_status ad_thread_arm(ad_thread *th)
         return AD_ENOMEM;
     th->registered = 1;
     return AD_OK;
+}
+
+ad_status ad_thread_cleanup(void (*free_state)(void))
+{
+    ad_thread *th = &self;
+    int i = 0;
+    while (i < th->ncleanup && th->cleanup[i] != free_state)
+        i++;
+    if (i == AD_CLEANUPS)
+        return AD_ENOMEM;  /* more drivers than AD_CLEANUPS: raise it */
+    th->cleanup[i] = free_state;
+    th->ncleanup += i == th->ncleanup;
+    return ad_thread_arm(th);
 }
 
 /* Grows by freeing and allocating, not realloc: the old contents are dead,

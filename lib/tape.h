@@ -95,15 +95,16 @@ typedef struct ad_tape {
     size_t ninfo, info_cap;
 } ad_tape;
 
+/* Drivers with per-thread state (ad_thread_cleanup). */
+#define AD_CLEANUPS 4
+
 typedef struct ad_thread {
     ad_tape tapes[AD_MAX_NESTING];
     int depth;               /* recordings active on this thread */
     size_t limit;            /* max records per recording; 0 = ID range */
     int registered;          /* thread-exit cleanup armed */
-    double *scratch;         /* reduce.c: partials of one primitive, before they are recorded */
-    size_t scratch_cap;
-    ad_csr spare;            /* sparse.c: the arrays of the last Jacobian freed on this thread,
-                                for the next one built here: rows + 1 and nnz entries */
+    void (*cleanup[AD_CLEANUPS])(void);  /* ad_thread_cleanup */
+    int ncleanup;
     uint64_t serial_next, serial_end;  /* recordings' serial numbers this thread may give */
     unsigned checks;         /* ad_set_checks */
     const char *label;       /* ad_where */
@@ -136,8 +137,12 @@ AD_HIDDEN const ad_info *ad_tape_info(const ad_tape *t, uint32_t id);
 /* A value by ID: an input's, or a checked recording's record's (NaN if unknown). */
 AD_HIDDEN double ad_tape_value(const ad_tape *t, uint32_t id);
 
-/* sparse.c: frees th's spare Jacobian arrays. */
-AD_HIDDEN void ad_spare_csr_free(ad_thread *th);
+/* Per-thread state that a driver keeps in its own _Thread_local variables
+ * is freed with the thread's tapes, at thread exit and by ad_release, by
+ * the function it registers here (once or every time: registering again
+ * does nothing).  AD_ENOMEM if the thread's exit cleanup cannot be armed;
+ * the driver then frees its state itself. */
+AD_HIDDEN ad_status ad_thread_cleanup(void (*free_state)(void));
 
 AD_HIDDEN ad_thread *ad_thread_self(void);
 

@@ -204,7 +204,7 @@ static int block_reached(ad_tape *t, const ad__record *r, uint32_t hid)
 /* Walks the records downwards chunk by chunk, the aux chunk beside; an
  * n-ary record's run is handled with its header and skipped.  An exact
  * sweep applies only the records its seed reaches, marking as it goes. */
-AD_INLINE void sweep(ad_tape *t, const double *tan, double *adj, double *adjd, uint32_t top,
+AD_INLINE void sweep_second(ad_tape *t, const double *tan, double *adj, double *adjd, uint32_t top,
                      const size_t L, const int exact)
 {
     uint32_t id = top;
@@ -250,9 +250,9 @@ static void second_sweep(ad_tape *t, const double *tan, double *adj, double *adj
                          size_t L, int exact)
 {
     if (exact)
-        L == 1 ? sweep(t, tan, adj, adjd, top, 1, 1) : sweep(t, tan, adj, adjd, top, AD_LANES, 1);
+        L == 1 ? sweep_second(t, tan, adj, adjd, top, 1, 1) : sweep_second(t, tan, adj, adjd, top, AD_LANES, 1);
     else
-        L == 1 ? sweep(t, tan, adj, adjd, top, 1, 0) : sweep(t, tan, adj, adjd, top, AD_LANES, 0);
+        L == 1 ? sweep_second(t, tan, adj, adjd, top, 1, 0) : sweep_second(t, tan, adj, adjd, top, AD_LANES, 0);
 }
 
 /* The tangents' array, zero at the inputs, for the caller to seed: lane l

@@ -52,12 +52,8 @@ AD_INLINE void apply(const ad__record *r, const double *z, double *adj, const si
 
 AD_INLINE void prefetch_below(const ad__record *r, const double *g, const size_t L)
 {
-#if defined(__GNUC__) || defined(__clang__)
-    __builtin_prefetch((const void *)((uintptr_t)r - PREFETCH * sizeof *r));
-    __builtin_prefetch((const void *)((uintptr_t)g - PREFETCH * L * sizeof *g), 1);
-#else
-    (void)r, (void)g, (void)L;
-#endif
+    AD_PREFETCH((uintptr_t)r - PREFETCH * sizeof *r);
+    AD_PREFETCH_W((uintptr_t)g - PREFETCH * L * sizeof *g);
 }
 
 /* Where the sweep is: record r, the next to apply is r - 1, in chunk c
@@ -127,7 +123,7 @@ AD_INLINE void special(const ad_tape *t, place *p, const double *z, double *adj,
     }
 }
 
-AD_INLINE void sweep(const ad_tape *t, double *adj, uint32_t top, const size_t L, const int far)
+AD_INLINE void sweep_reverse(const ad_tape *t, double *adj, uint32_t top, const size_t L, const int far)
 {
     if (top < t->first)
         return;
@@ -175,11 +171,11 @@ void ad_resolve(ad_tape *t, double *adj, uint32_t top, size_t lanes)
     t->sweeps++;
     int far = top - t->first >= FAR;  /* wraps for top < first: no records, no matter */
     if (lanes == 1)
-        far ? sweep(t, adj, top, 1, 1) : sweep(t, adj, top, 1, 0);
+        far ? sweep_reverse(t, adj, top, 1, 1) : sweep_reverse(t, adj, top, 1, 0);
     else if (lanes == 2)
-        far ? sweep(t, adj, top, 2, 1) : sweep(t, adj, top, 2, 0);
+        far ? sweep_reverse(t, adj, top, 2, 1) : sweep_reverse(t, adj, top, 2, 0);
     else
-        far ? sweep(t, adj, top, AD_LANES, 1) : sweep(t, adj, top, AD_LANES, 0);
+        far ? sweep_reverse(t, adj, top, AD_LANES, 1) : sweep_reverse(t, adj, top, AD_LANES, 0);
 }
 
 /* ---- the exact sweep (tape.h, ad_retry) ----

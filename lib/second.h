@@ -15,12 +15,13 @@
 
 #include "tape.h"
 
+#define AD_LN2 0.693147180559945309417232121458176568
+#define AD_LN10 2.30258509299404568401799145468436421
+
 /* special.c */
 AD_HIDDEN double ad_digamma(double x);
 AD_HIDDEN double ad_trigamma(double x);
 
-#define LN2 0.693147180559945309417232121458176568
-#define LN10 2.30258509299404568401799145468436421
 
 static inline ad_aux one(double aa)
 {
@@ -116,8 +117,8 @@ static inline ad_aux ad_second_partials(int op, double x, double y, double v, do
     case AD__OP_EXPM1: return one(wa);
     case AD__OP_LOG: return one(-wa * wa);
     case AD__OP_LOG1P: return one(-wa * wa);
-    case AD__OP_LOG2: return one(-wa * wa * LN2);
-    case AD__OP_LOG10: return one(-wa * wa * LN10);
+    case AD__OP_LOG2: return one(-wa * wa * AD_LN2);
+    case AD__OP_LOG10: return one(-wa * wa * AD_LN10);
     case AD__OP_SIN: return one(-v);
     case AD__OP_COS: return one(-v);
     case AD__OP_TAN: return one(2.0 * v * wa);

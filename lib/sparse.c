@@ -598,11 +598,7 @@ AD_INLINE void open_window(hot *h, uint32_t top)
 
 AD_INLINE void prefetch_ahead(const hot *h, size_t k)
 {
-#if defined(__GNUC__) || defined(__clang__)
-    __builtin_prefetch((const void *)(h->ahead - (h->whi - h->wlo + 1 - k) * sizeof(ad__record)));
-#else
-    (void)h, (void)k;
-#endif
+    AD_PREFETCH(h->ahead - (h->whi - h->wlo + 1 - k) * sizeof(ad__record));
 }
 
 /* h->ahead for the group of L outputs from out[from] on, of m: just above

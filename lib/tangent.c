@@ -9,7 +9,7 @@
 
 #include "block.h"
 
-AD_INLINE void sweep(const ad_tape *t, double *tan, uint32_t top, const size_t L)
+AD_INLINE void sweep_forward(const ad_tape *t, double *tan, uint32_t top, const size_t L)
 {
     uint32_t id = t->first;
     for (size_t c = 0; id <= top; c++) {
@@ -42,11 +42,11 @@ AD_INLINE void sweep(const ad_tape *t, double *tan, uint32_t top, const size_t L
 void ad_tangent(const ad_tape *t, double *tan, uint32_t top, size_t lanes)
 {
     if (lanes == 1)
-        sweep(t, tan, top, 1);
+        sweep_forward(t, tan, top, 1);
     else if (lanes == 2)
-        sweep(t, tan, top, 2);
+        sweep_forward(t, tan, top, 2);
     else
-        sweep(t, tan, top, AD_LANES);
+        sweep_forward(t, tan, top, AD_LANES);
 }
 
 /* Whether one of a block's arguments is reached. */

@@ -11,16 +11,6 @@
 #include "dualrev.h"
 #include "alloc.h"
 
-/* Kernels written once and specialised by the compiler for constant
- * arguments (lane counts, the sparse store) must really be inlined. */
-#if defined(__GNUC__) || defined(__clang__)
-#define AD_INLINE static inline __attribute__((always_inline))
-#define AD_NOINLINE __attribute__((noinline))
-#else
-#define AD_INLINE static inline
-#define AD_NOINLINE
-#endif
-
 #define AD_CHUNK_BITS 16
 #define AD_CHUNK ((size_t)1 << AD_CHUNK_BITS)
 

@@ -7,6 +7,7 @@
 #endif
 
 #include "alloc.h"
+#include "testing.h"
 
 static _Thread_local long fail_countdown = -1;
 

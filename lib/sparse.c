@@ -33,6 +33,7 @@
 
 #include "block.h"
 #include "pair.h"
+#include "testing.h"
 
 /* uthash must not exit() when memory runs out: it reports, and we return
  * AD_ENOMEM.  Its tables come from our allocator. */

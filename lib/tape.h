@@ -485,9 +485,6 @@ AD_HIDDEN ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj
  * the marks zero and the swept cotangents as ad_resolve's one lane does. */
 AD_HIDDEN void ad_resolve_reached(ad_tape *t, double *adj, uint32_t top);
 
-/* Test hook (sparse.c): resolve sparse rows with the uthash map even when
- * the dense arrays are available, so both stores are tested and measured. */
-AD_HIDDEN void ad_test_sparse_force_hash(int on);
 
 /* tangent.c: the forward sweep, J v.  ad_tangent runs records first..top,
  * each tangent the partials times its arguments' tangents; ad_forward seeds

@@ -6,7 +6,7 @@
 
 #include "test_cpp_c.h"
 #include "ops_list.h"
-#include "../lib/tape.h"
+#include "../lib/testing.h"
 
 /* ---- one operation per objective ---- */
 
@@ -141,14 +141,7 @@ ad_real cpp_c_primitives(const ad_real *x, size_t n, void *ctx)
 
 size_t cpp_c_tape(ad__record *out, size_t max)
 {
-    ad_thread *th = ad_thread_self();
-    const ad_tape *t = &th->tapes[0];
-    if (th->depth > 0 || t->first == 0 || t->status != AD_OK)
-        return (size_t)-1;
-    size_t count = (size_t)ad_tape_top(t) + 1 - t->first;
-    for (size_t k = 0; k < count && k < max; k++)
-        memcpy(&out[k], ad_tape_record(t, t->first + (uint32_t)k), sizeof *out);
-    return count;
+    return ad_test_records(out, max);
 }
 
 void cpp_c_fail_alloc_after(long after)

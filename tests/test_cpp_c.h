@@ -50,7 +50,7 @@ void cpp_c_vector(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx);
  * there is no complete recording. */
 size_t cpp_c_tape(ad__record *out, size_t max);
 
-/* lib/alloc.h's test hook: allocations after the next `after` fail. */
+/* lib/testing.h's test hook: allocations after the next `after` fail. */
 void cpp_c_fail_alloc_after(long after);
 
 #ifdef __cplusplus

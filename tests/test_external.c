@@ -24,7 +24,7 @@
 
 #include "check.h"
 #include "workers.h"
-#include "../lib/tape.h"  /* test hooks: ad_test_fail_alloc_after, ad_test_sparse_force_hash */
+#include "../lib/testing.h"
 
 /* ======================================================================
  * The maps and their rules

@@ -44,7 +44,7 @@
 #include "workers.h"
 #include "ops_list.h"
 #include "ops_table.h"
-#include "../lib/alloc.h"  /* ad_test_fail_alloc_after */
+#include "../lib/testing.h"
 
 #define RTOL 1e-8
 #define POINTS 100         /* random points per operation and form */

@@ -23,7 +23,7 @@
 #include "check.h"
 #include "ops_list.h"
 #include "ops_table.h"
-#include "../lib/tape.h"  /* test hooks: ad_test_fail_alloc_after, ad_test_sparse_force_hash */
+#include "../lib/testing.h"
 
 /* ======================================================================
  * "mixed": a family of functions R^n -> R^m with Jacobians in closed form.

@@ -29,8 +29,7 @@
 
 #include "check.h"
 #include "workers.h"
-#include "../lib/tape.h"  /* test hooks: ad_test_fail_alloc_after, ad_test_sparse_force_hash,
-                             ad_thread_self (the block area's size) */
+#include "../lib/testing.h"
 
 /* Checks inside objectives: a failed cmocka assertion there would jump
  * out of the recording and leave the thread's tapes busy for the tests
@@ -76,7 +75,9 @@ static size_t last_records(void)
 /* Bytes of block data the thread's last top-level recording used. */
 static size_t last_block_bytes(void)
 {
-    return ad_thread_self()->tapes[0].blocks_len;
+    ad_tape_stats st;
+    assert_int_equal(ad_tape_stats_get(&st), AD_OK);
+    return st.block_bytes;
 }
 
 /* Records of one n-ary primitive over k > 0 arguments, some active. */

@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "../lib/tape.h"  /* test hooks: ad_test_fail_alloc_after, ad_test_sparse_force_hash */
+#include "../lib/testing.h"
 
 #define CHUNK 65536L
 #define BIG_N (2 * 65536 + 3)  /* prod and logsumexp runs longer than a chunk */

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "../lib/tape.h"  /* test hooks: ad_test_fail_alloc_after, ad_test_sparse_force_hash */
+#include "../lib/testing.h"
 
 static void assert_all_nan_n(const double *p, size_t n)
 {

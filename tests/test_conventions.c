@@ -258,6 +258,7 @@ static void test_fmin_fmax_two_nans(void **state)
 static ad_real pow_x_huge(ad_real x) { return ad_pow(x, 1.3e16); }
 static ad_real pow_x_tiny(ad_real x) { return ad_pow(x, -1e-310); }
 static ad_real pow_x_inf(ad_real x) { return ad_pow(x, INFINITY); }
+static ad_real pow_x_b_2_53(ad_real x) { return ad_pow(x, -16331239353195370.0); }
 
 /* d/da a^b for a < 0 where b - 1 rounds (found by the fuzzer): for |b| >=
  * 2^53 to b itself, whose parity differs from b - 1's; for a tiny b to an
@@ -274,6 +275,8 @@ static void test_pow_negative_base_rounded_exponent(void **state)
     assert_same(d1(pow_x_huge, 3.0, &fx), INFINITY);
     assert_nan(d1(pow_x_tiny, -0.5, &fx));
     assert_nan(fx);
+    /* between 2^53 and 2^54, b - 1 rounds to b - 2 half the time */
+    assert_same(d1(pow_x_b_2_53, -0.5, &fx), INFINITY);
     /* an infinite b has no parity: pow takes |a|, b pow(a, b - 1) too */
     assert_same(d1(pow_x_inf, -3.0, &fx), INFINITY);
     assert_same(fx, INFINITY);

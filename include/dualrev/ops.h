@@ -103,13 +103,14 @@ static inline double ad__pow_da(double a, double b, double v)
         return 0.0;
     /* For a < 0, b - 1 rounded keeps neither integrality (tiny b: pow(a,
      * b - 1) is finite where v is NaN) nor parity (finite |b| >= 2^53,
-     * where b - 1 is b, and b even: b - 1 is odd, a^(b-1) = -|a|^(b-1)).
+     * an even integer, where b - 1 rounds to b or b - 2: b - 1 is odd,
+     * a^(b-1) = -|a|^(b-1)).
      * An infinite b has no parity: pow takes |a| there, and so does
      * b pow(a, b - 1). */
     if (AD__UNLIKELY(a < 0.0)) {
         if (v != v)
             return v;
-        if (b - 1.0 == b && fabs(b) <= DBL_MAX)
+        if (fabs(b) >= 0x1p53 && fabs(b) <= DBL_MAX)
             return -b * pow(-a, b - 1.0);
     }
     double d = b * pow(a, b - 1.0);

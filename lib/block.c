@@ -8,20 +8,7 @@
 /* The block area grows by copying: it is addressed by offsets. */
 static int reserve_area(ad_tape *t, size_t need)
 {
-    if (need <= t->blocks_cap)
-        return 1;
-    size_t cap = t->blocks_cap ? t->blocks_cap : 4096;
-    while (cap < need)
-        cap = cap > SIZE_MAX / 2 ? need : 2 * cap;
-    unsigned char *p = ad_alloc(cap);
-    if (!p)
-        return 0;
-    if (t->blocks_len)
-        memcpy(p, t->blocks, t->blocks_len);
-    ad_free(t->blocks);
-    t->blocks = p;
-    t->blocks_cap = cap;
-    return 1;
+    return ad_grow((void **)&t->blocks, &t->blocks_cap, need, 1, t->blocks_len) == AD_OK;
 }
 
 size_t ad_block_new(ad_tape *t, size_t size, uint32_t nout, uint32_t nargs, uint32_t run_len)

@@ -137,16 +137,7 @@ typedef struct row_state {
 
 static int ids_grow(ids *v)
 {
-    size_t cap = v->cap ? 2 * v->cap : 64;
-    uint32_t *p = ad_alloc(cap * sizeof *p);
-    if (!p)
-        return 0;
-    if (v->len)
-        memcpy(p, v->p, v->len * sizeof *p);
-    ad_free(v->p);
-    v->p = p;
-    v->cap = cap;
-    return 1;
+    return ad_grow((void **)&v->p, &v->cap, v->len + 1, sizeof *v->p, v->len) == AD_OK;
 }
 
 AD_INLINE int ids_push(ids *v, uint32_t id)
@@ -668,7 +659,7 @@ typedef struct csr_out {
     size_t cap;  /* entries room in J->col and J->val */
 } csr_out;
 
-static int csr_resize(csr_out *o, size_t cap);
+static int csr_room(csr_out *o, size_t need);
 
 /* The arrays of the last Jacobian freed on this thread, for the next one
  * built here: rows + 1 and nnz entries. */
@@ -702,15 +693,33 @@ static int csr_start(csr_out *o, size_t m, size_t want)
     spare_free();
     if (!J->row_ptr && !(J->row_ptr = ad_alloc((m + 1) * sizeof *J->row_ptr)))
         return 0;
-    return want <= o->cap || csr_resize(o, want);
+    return csr_room(o, want);
 }
 
 /* Moves J's entries to arrays of `cap` entries. */
-static int csr_resize(csr_out *o, size_t cap)
+/* Room for `need` entries in col and val, which grow together (ad_grow);
+ * o->cap is the room both have. */
+static int csr_room(csr_out *o, size_t need)
 {
     ad_csr *J = o->J;
-    size_t *col = ad_alloc(cap * sizeof *col);
-    double *val = ad_alloc(cap * sizeof *val);
+    size_t ccap = o->cap, vcap = o->cap;
+    if (need <= o->cap)
+        return 1;
+    int ok = ad_grow((void **)&J->col, &ccap, need, sizeof *J->col, J->nnz) == AD_OK &&
+             ad_grow((void **)&J->val, &vcap, need, sizeof *J->val, J->nnz) == AD_OK;
+    o->cap = ccap < vcap ? ccap : vcap;
+    return ok;
+}
+
+/* col and val cut to the entries J has: not a growth, a copy into arrays
+ * of exactly that size, so that a Jacobian kept by the user holds no
+ * spare room. */
+static int csr_trim(csr_out *o)
+{
+    ad_csr *J = o->J;
+    size_t keep = J->nnz ? J->nnz : 1;
+    size_t *col = ad_alloc(keep * sizeof *col);
+    double *val = ad_alloc(keep * sizeof *val);
     if (!col || !val) {
         ad_free(col);
         ad_free(val);
@@ -724,18 +733,8 @@ static int csr_resize(csr_out *o, size_t cap)
     ad_free(J->val);
     J->col = col;
     J->val = val;
-    o->cap = cap;
+    o->cap = keep;
     return 1;
-}
-
-static int csr_room(csr_out *o, size_t need)
-{
-    if (need <= o->cap)
-        return 1;
-    size_t c = o->cap ? o->cap : 256;
-    while (c < need)
-        c *= 2;
-    return csr_resize(o, c);
 }
 
 /* Column k of the group, input id: its cell.  Dense, where its ID says:
@@ -942,7 +941,7 @@ static ad_status build(ad_tape *t, size_t n, size_t m, ad_csr *J)
         s = rows(&rs, &o, 0, full, L);
     if (s == AD_OK && full < m)
         s = rows(&rs, &o, full, m, 1);
-    if (s == AD_OK && o.cap - J->nnz > J->nnz / 4 && !csr_resize(&o, J->nnz ? J->nnz : 1))
+    if (s == AD_OK && o.cap - J->nnz > J->nnz / 4 && !csr_trim(&o))
         s = AD_ENOMEM;
     if (s == AD_OK) {
         J->row_ptr[m] = J->nnz;

@@ -48,14 +48,11 @@ static ad_status add_chunks(void ***chunks, size_t *n, size_t *cap, size_t bytes
 {
     size_t add = *n < AD_SLAB ? 1 : AD_SLAB;
     if (*n + add > *cap) {
-        size_t room = *cap ? 2 * *cap : 16;
-        void **p = ad_alloc(room * sizeof *p);
-        if (!p)
-            return AD_ENOMEM;
-        if (*n)
-            memcpy(p, *chunks, *n * sizeof *p);
-        ad_free(*chunks);
-        *chunks = p;
+        /* 16 pointers, then doubling (ad_grow from 8, asked for twice) */
+        size_t room = *cap ? *cap : 8;
+        ad_status s = ad_grow((void **)chunks, &room, 2 * room, sizeof **chunks, *n);
+        if (s != AD_OK)
+            return s;
         *cap = room;
     }
     unsigned char *mem = ad_alloc(add * bytes);
@@ -136,9 +133,10 @@ ad_status ad_thread_cleanup(void (*free_state)(void))
     return ad_thread_arm(th);
 }
 
-/* Grows by freeing and allocating, not realloc: the old contents are dead,
- * and copying them would touch twice the memory. */
-ad_status ad_reserve(void **buf, size_t *cap, size_t need, size_t elem)
+/* Allocates afresh and copies only the `keep` elements wanted, not
+ * realloc: a buffer's old contents are often dead, and copying them would
+ * touch twice the memory. */
+ad_status ad_grow(void **buf, size_t *cap, size_t need, size_t elem, size_t keep)
 {
     if (need <= *cap)
         return AD_OK;
@@ -152,6 +150,8 @@ ad_status ad_reserve(void **buf, size_t *cap, size_t need, size_t elem)
     void *p = ad_alloc(n * elem);
     if (!p)
         return AD_ENOMEM;
+    if (keep)
+        memcpy(p, *buf, keep * elem);
     ad_free(*buf);
     *buf = p;
     *cap = n;

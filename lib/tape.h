@@ -158,9 +158,16 @@ AD_HIDDEN ad_status ad_tape_reserve_adjoints(ad_tape *t, uint32_t top);
  * the next ad_reverse clears what it needs again. */
 AD_HIDDEN ad_status ad_tape_borrow_adjoints(ad_tape *t, size_t count);
 
-/* Room for `need` elements of `elem` bytes in *buf; grows by allocating
- * afresh, as the old contents are never needed. */
-AD_HIDDEN ad_status ad_reserve(void **buf, size_t *cap, size_t need, size_t elem);
+/* Room for `need` elements of `elem` bytes in *buf (*cap of them now),
+ * keeping the first `keep`: the one growth rule of the library (exact the
+ * first time, as a workload usually repeats its size, then doubling). */
+AD_HIDDEN ad_status ad_grow(void **buf, size_t *cap, size_t need, size_t elem, size_t keep);
+
+/* The same for a buffer whose old contents are never needed. */
+static inline ad_status ad_reserve(void **buf, size_t *cap, size_t need, size_t elem)
+{
+    return ad_grow(buf, cap, need, elem, 0);
+}
 
 AD_HIDDEN void ad_tape_free(ad_tape *t);
 

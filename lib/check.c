@@ -96,19 +96,23 @@ static ad_info *next_info(ad_tape *t, uint32_t id)
     return &t->info[k >> AD_CHUNK_BITS][k & (AD_CHUNK - 1)];
 }
 
-static void fail(ad_tape *t, const ad_fault *f)
+/* f becomes the thread's last fault (ad_last_fault). */
+static void keep(const ad_fault *f)
 {
     ad_thread *th = ad_thread_self();
     th->fault = *f;
     th->has_fault = 1;
+}
+
+static void fail(ad_tape *t, const ad_fault *f)
+{
+    keep(f);
     ad_tape_fail(t, AD_ENONFINITE);
 }
 
-static ad_fault fault_at(const ad_tape *t, uint32_t id, const char *op, const char *label,
-                         ad_phase phase)
+static ad_fault fault_at(uint32_t id, const char *op, const char *label, ad_phase phase)
 {
     ad_fault f = {op, label, id, phase, 0, {NAN, NAN}, NAN, {NAN, NAN}, NAN, 0};
-    (void)t;
     return f;
 }
 
@@ -158,7 +162,7 @@ int ad_check_record(ad_tape *t, uint32_t id, uint32_t a, double wa, uint32_t b, 
     }
     if (!bad)
         return 1;
-    ad_fault f = fault_at(t, id, name, label, AD_PHASE_RECORD);
+    ad_fault f = fault_at(id, name, label, AD_PHASE_RECORD);
     f.value = v;
     if (op != AD__OP_NARY) {
         f.nargs = b ? 2 : 1;
@@ -188,7 +192,7 @@ int ad_check_block(ad_tape *t, const char *name, size_t n, const double *x, size
         args_finite &= isfinite(x[i]) != 0;
     if (!args_finite || out_finite)
         return 1;
-    ad_fault f = fault_at(t, first - 1, name, ad_tape_info(t, first - 1)->label, AD_PHASE_RECORD);
+    ad_fault f = fault_at(first - 1, name, ad_tape_info(t, first - 1)->label, AD_PHASE_RECORD);
     for (size_t j = 0; j < m; j++)
         if (!isfinite(y[j])) {
             f.id = first + (uint32_t)j;
@@ -208,6 +212,47 @@ typedef struct sweep {
     int found;
 } sweep;
 
+/* A fault's operation: an external function's block is "external",
+ * with or without its jvp rule. */
+static const char *fault_op(const ad_tape *t, uint32_t id)
+{
+    const ad__record *r = ad_tape_record(t, id);
+    if (r->b == AD__BLOCK && ad_block_of(t, r)->kind->foreign)
+        return "external";
+    const char *op = ad_op_name(t, id);
+    return op ? op : "?";
+}
+
+/* The sweep's first fault: record hid made target's cotangent (tangent)
+ * non-finite. */
+static void note(sweep *s, uint32_t hid, uint32_t target, ad_phase phase)
+{
+    const ad_info *i = ad_tape_info(s->t, hid);
+    s->f = fault_at(hid, fault_op(s->t, hid), i ? i->label : NULL, phase);
+    s->f.target = target;
+    s->found = 1;
+}
+
+/* The same for one term: `in` (a cotangent, or a tangent) times the
+ * partial w of the record's argument `slot`. */
+static void note_term(sweep *s, uint32_t hid, uint32_t target, double in, double w, int slot,
+                      ad_phase phase)
+{
+    note(s, hid, target, phase);
+    s->f.value = ad_tape_value(s->t, hid);
+    s->f.cotangent = in;
+    s->f.partial[slot] = w;
+}
+
+/* How a checked sweep ends: AD_ENONFINITE, its fault kept, if it found one. */
+static ad_status sweep_end(const sweep *s)
+{
+    if (!s->found)
+        return AD_OK;
+    keep(&s->f);
+    return AD_ENONFINITE;
+}
+
 /* adj[to] += z w, noting the first contribution that makes a finite
  * cotangent non-finite from finite numbers. */
 static void add(sweep *s, uint32_t hid, uint32_t to, double z, double w, int slot)
@@ -216,17 +261,8 @@ static void add(sweep *s, uint32_t hid, uint32_t to, double z, double w, int slo
         return;
     double before = s->adj[to];
     s->adj[to] += z * w;
-    if (s->found || isfinite(s->adj[to]) || !isfinite(before) || !isfinite(z) || !isfinite(w))
-        return;
-    const ad_info *i = ad_tape_info(s->t, hid);
-    const char *op = ad_op_name(s->t, hid);
-    s->f = fault_at(s->t, hid, op ? op : "?", i ? i->label : NULL, AD_PHASE_REVERSE);
-    s->f.value = ad_tape_value(s->t, hid);
-    s->f.cotangent = z;
-    s->f.partial[0] = slot == 0 ? w : NAN;
-    s->f.partial[1] = slot == 1 ? w : NAN;
-    s->f.target = to;
-    s->found = 1;
+    if (!s->found && !isfinite(s->adj[to]) && isfinite(before) && isfinite(z) && isfinite(w))
+        note_term(s, hid, to, z, w, slot, AD_PHASE_REVERSE);
 }
 
 static uint32_t block_arg(const ad_block *b, const uint32_t *ids, size_t i)
@@ -250,13 +286,8 @@ static void apply_block(sweep *s, const ad__record *r, uint32_t hid)
     ad_block_reverse(s->t, r, hid, s->adj, 1);
     for (size_t i = 0; before && i < nargs && !s->found; i++) {
         uint32_t id = block_arg(b, ids, i);
-        if (id && isfinite(before[i]) && !isfinite(s->adj[id])) {
-            const ad_info *info = ad_tape_info(s->t, hid);
-            const char *op = b->kind->foreign ? "external" : b->kind->name;
-            s->f = fault_at(s->t, hid, op, info ? info->label : NULL, AD_PHASE_REVERSE);
-            s->f.target = id;
-            s->found = 1;
-        }
+        if (id && isfinite(before[i]) && !isfinite(s->adj[id]))
+            note(s, hid, id, AD_PHASE_REVERSE);
     }
     ad_free(before);
 }
@@ -288,12 +319,7 @@ ad_status ad_check_reverse(ad_tape *t, size_t m, const double *w, uint32_t top)
     }
     memset(t->adj, 0, ((size_t)top + 1) * sizeof *t->adj);
     t->adj_zero = (size_t)top + 1;
-    if (!s.found)
-        return AD_OK;
-    ad_thread *th = ad_thread_self();
-    th->fault = s.f;
-    th->has_fault = 1;
-    return AD_ENONFINITE;
+    return sweep_end(&s);
 }
 
 /* ---- the checked forward sweep ---- */
@@ -324,17 +350,8 @@ static void term(sweep *s, uint32_t id, uint32_t from, double w, int slot)
         return;
     double before = s->adj[id], d = s->adj[from];
     s->adj[id] += w * d;
-    if (s->found || isfinite(s->adj[id]) || !isfinite(before) || !isfinite(w) || !isfinite(d))
-        return;
-    const ad_info *i = ad_tape_info(s->t, id);
-    const char *op = ad_op_name(s->t, id);
-    s->f = fault_at(s->t, id, op ? op : "?", i ? i->label : NULL, AD_PHASE_TANGENT);
-    s->f.value = ad_tape_value(s->t, id);
-    s->f.cotangent = d;
-    s->f.partial[0] = slot == 0 ? w : NAN;
-    s->f.partial[1] = slot == 1 ? w : NAN;
-    s->f.target = id;
-    s->found = 1;
+    if (!s->found && !isfinite(s->adj[id]) && isfinite(before) && isfinite(w) && isfinite(d))
+        note_term(s, id, id, d, w, slot, AD_PHASE_TANGENT);
 }
 
 static void forward_block(sweep *s, const ad__record *r, uint32_t hid)
@@ -347,13 +364,8 @@ static void forward_block(sweep *s, const ad__record *r, uint32_t hid)
         in_finite &= isfinite(s->adj[block_arg(b, ids, i)]) != 0;
     ad_block_forward(s->t, r, hid, s->adj, 1);
     for (uint32_t j = 1; j <= b->nout && in_finite && !s->found; j++)
-        if (!isfinite(s->adj[hid + j])) {
-            const ad_info *info = ad_tape_info(s->t, hid);
-            const char *op = b->kind->foreign ? "external" : b->kind->name;
-            s->f = fault_at(s->t, hid, op, info ? info->label : NULL, AD_PHASE_TANGENT);
-            s->f.target = hid + j;
-            s->found = 1;
-        }
+        if (!isfinite(s->adj[hid + j]))
+            note(s, hid, hid + j, AD_PHASE_TANGENT);
 }
 
 ad_status ad_check_forward(ad_tape *t, const double *v, uint32_t top)
@@ -389,10 +401,5 @@ ad_status ad_check_forward(ad_tape *t, const double *v, uint32_t top)
     }
     ad_free(slot);
     t->adj_zero = 0;
-    if (!s.found)
-        return AD_OK;
-    ad_thread *th = ad_thread_self();
-    th->fault = s.f;
-    th->has_fault = 1;
-    return AD_ENONFINITE;
+    return sweep_end(&s);
 }

@@ -413,7 +413,7 @@ int ad_reals_mine(ad_tape *t, size_t n, const ad_real *x)
 {
     const ad__cursor *c = &t->cursor;
     for (size_t i = 0; i < n; i++)
-        if (x[i].id && ad__key(x[i]) - c->key0 >= c->next) {
+        if (ad__alien(ad__key(x[i]), c->key0, c->next)) {
             ad__foreign(&t->cursor, ad__key(x[i]));
             return 0;
         }

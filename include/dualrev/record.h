@@ -98,9 +98,16 @@ static inline uint32_t ad__tag(const ad__cursor *c)
  * recording with AD_EFOREIGN (if it has not failed already). */
 AD_API void ad__foreign(ad__cursor *c, uint64_t key);
 
+/* Whether an argument's key is not the recording's, whose keys are key0
+ * and the `span` above it, and it is active. */
+static inline int ad__alien(uint64_t key, uint64_t key0, uint64_t span)
+{
+    return AD__UNLIKELY(key - key0 >= span) && (uint32_t)key;
+}
+
 static inline void ad__check(ad__cursor *c, uint64_t key)
 {
-    if (AD__UNLIKELY(key - c->key0 >= c->next) && (uint32_t)key)
+    if (ad__alien(key, c->key0, c->next))
         ad__foreign(c, key);
 }
 
@@ -202,7 +209,7 @@ static inline ad__slots ad__slots_begin(void)
 /* Checks an argument of the run against the recording (ad__check). */
 static inline void ad__slots_check(const ad__slots *s, uint64_t key)
 {
-    if (AD__UNLIKELY(key - s->key0 >= s->span) && (uint32_t)key)
+    if (ad__alien(key, s->key0, s->span))
         ad__foreign(ad__active, key);
 }
 

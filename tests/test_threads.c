@@ -303,20 +303,17 @@ static void ring2_want(size_t n, const double *x, double *g, double *gs, double 
  * neighbour posted: the neighbour checks it again and frees it, while the
  * maker records on.  The atomic exchange is the only synchronisation. */
 
-typedef struct csr_parcel {
+/* A sparse Jacobian (J) or a linear map (L) made at x, handed to the
+ * next thread. */
+typedef struct parcel {
     ad_csr J;
-    size_t n, m;
-    double x[];
-} csr_parcel;
-
-typedef struct linear_parcel {
     ad_linear *L;
     size_t n, m;
     double x[];
-} linear_parcel;
+} parcel;
 
-static _Atomic(csr_parcel *) csr_box[WORKER_THREADS];
-static _Atomic(linear_parcel *) linear_box[WORKER_THREADS];
+static _Atomic(parcel *) csr_box[WORKER_THREADS];
+static _Atomic(parcel *) linear_box[WORKER_THREADS];
 
 /* ---- the workers ---- */
 
@@ -384,20 +381,31 @@ static void jacobian_round(worker *w, buffers *b, int round)
         check_close(w, round, "J", k, b->J[k], b->Jw[k], b->Js[k], 1e-14);
 }
 
-static void sparse_round(worker *w, buffers *b, int round)
+/* A parcel for the round's random point (its sizes from jacobian_size),
+ * or NULL after reporting that memory ran out. */
+static parcel *parcel_new(worker *w, int round, uint64_t *rng)
 {
-    uint64_t rng = (uint64_t)(w->index * 104729 + round);
     size_t n, m;
-    jacobian_size(w, round, &rng, &n, &m);
-    csr_parcel *p = malloc(sizeof *p + n * sizeof p->x[0]);
+    jacobian_size(w, round, rng, &n, &m);
+    parcel *p = calloc(1, sizeof *p + n * sizeof p->x[0]);
     if (!p) {
         worker_fail(w, "round %d: out of memory", round);
-        return;
+        return NULL;
     }
     p->n = n;
     p->m = m;
     for (size_t i = 0; i < n; i++)
-        p->x[i] = rng_uniform(&rng, -2.0, 2.0);
+        p->x[i] = rng_uniform(rng, -2.0, 2.0);
+    return p;
+}
+
+static void sparse_round(worker *w, buffers *b, int round)
+{
+    uint64_t rng = (uint64_t)(w->index * 104729 + round);
+    parcel *p = parcel_new(w, round, &rng);
+    if (!p)
+        return;
+    size_t n = p->n, m = p->m;
     ad_status s = ad_sparse_jacobian(vector_fn, NULL, n, p->x, m, b->y, &p->J);
     check_status(w, round, "ad_sparse_jacobian", s);
     vector_want(n, m, p->x, b->out, b->Jw, b->Js);
@@ -406,14 +414,14 @@ static void sparse_round(worker *w, buffers *b, int round)
         check_csr(w, round, n, m, &p->J, b->Jw, b->Js);
     }
     /* Post it; one of ours the neighbour has not taken yet is freed here. */
-    csr_parcel *old = atomic_exchange(&csr_box[w->index], p);
+    parcel *old = atomic_exchange(&csr_box[w->index], p);
     if (old) {
         ad_csr_free(&old->J);
         free(old);
     }
     /* The neighbour's: untouched by its later recordings, freed here (its
      * arrays become this thread's spare ones, for its next Jacobian). */
-    csr_parcel *theirs = atomic_exchange(&csr_box[(w->index + 1) % WORKER_THREADS], NULL);
+    parcel *theirs = atomic_exchange(&csr_box[(w->index + 1) % WORKER_THREADS], NULL);
     if (theirs) {
         vector_want(theirs->n, theirs->m, theirs->x, b->out, b->Jw, b->Js);
         check_csr(w, round, theirs->n, theirs->m, &theirs->J, b->Jw, b->Js);
@@ -455,7 +463,7 @@ static void hessian_round(worker *w, buffers *b, int round, int dense)
 
 /* J v and J^T w from a handle, three times each, against the analytic J
  * at the handle's point. */
-static void check_linear(worker *w, buffers *b, int round, const linear_parcel *p, uint64_t *rng)
+static void check_linear(worker *w, buffers *b, int round, const parcel *p, uint64_t *rng)
 {
     size_t n = p->n, m = p->m;
     vector_want(n, m, p->x, b->y, b->Jw, b->Js);
@@ -476,17 +484,10 @@ static void check_linear(worker *w, buffers *b, int round, const linear_parcel *
 static void linear_round(worker *w, buffers *b, int round)
 {
     uint64_t rng = (uint64_t)(w->index * 65537 + round);
-    size_t n, m;
-    jacobian_size(w, round, &rng, &n, &m);
-    linear_parcel *p = malloc(sizeof *p + n * sizeof p->x[0]);
-    if (!p) {
-        worker_fail(w, "round %d: out of memory", round);
+    parcel *p = parcel_new(w, round, &rng);
+    if (!p)
         return;
-    }
-    p->n = n;
-    p->m = m;
-    for (size_t i = 0; i < n; i++)
-        p->x[i] = rng_uniform(&rng, -2.0, 2.0);
+    size_t n = p->n, m = p->m;
     ad_status s = ad_linearize(vector_fn, NULL, n, p->x, m, b->y, &p->L);
     check_status(w, round, "ad_linearize", s);
     if (s != AD_OK) {
@@ -495,13 +496,13 @@ static void linear_round(worker *w, buffers *b, int round)
     }
     check_y(w, round, n, m, p->x, b->y);
     check_linear(w, b, round, p, &rng);
-    linear_parcel *old = atomic_exchange(&linear_box[w->index], p);
+    parcel *old = atomic_exchange(&linear_box[w->index], p);
     if (old) {
         ad_linear_free(old->L);
         free(old);
     }
     /* The neighbour's handle, applied and freed on this thread. */
-    linear_parcel *theirs = atomic_exchange(&linear_box[(w->index + 1) % WORKER_THREADS], NULL);
+    parcel *theirs = atomic_exchange(&linear_box[(w->index + 1) % WORKER_THREADS], NULL);
     if (theirs) {
         check_linear(w, b, round, theirs, &rng);
         ad_linear_free(theirs->L);
@@ -558,8 +559,8 @@ static void test_concurrent_gradients(void **state)
 static void empty_boxes(void)
 {
     for (int i = 0; i < WORKER_THREADS; i++) {
-        csr_parcel *c = atomic_exchange(&csr_box[i], NULL);
-        linear_parcel *l = atomic_exchange(&linear_box[i], NULL);
+        parcel *c = atomic_exchange(&csr_box[i], NULL);
+        parcel *l = atomic_exchange(&linear_box[i], NULL);
         if (c)
             ad_csr_free(&c->J);
         if (l)

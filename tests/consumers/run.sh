@@ -32,7 +32,9 @@ step "C, pkg-config, shared library"
 # shellcheck disable=SC2046
 cc -std=c11 "$here/hello.c" -o "$tmp/hello_pc" $(pkg-config --cflags --libs dualrev)
 "$tmp/hello_pc"
-if ldd "$tmp/hello_pc" | grep -q libdualrev.so; then echo "ok: linked to libdualrev.so"; else
+# grep reads all of ldd's output: with pipefail, grep -q's early exit can
+# kill ldd with SIGPIPE and fail the pipeline although the line was there.
+if ldd "$tmp/hello_pc" | grep libdualrev.so >/dev/null; then echo "ok: linked to libdualrev.so"; else
     echo "FAIL: not linked to the shared library"; exit 1; fi
 
 step "C, pkg-config --static, fully static executable"

@@ -17,6 +17,20 @@
 
 #include "block.h"
 
+/* The tangents, then the cotangents' tangents, of every ID: kept per tape
+ * between calls. */
+typedef struct scratch {
+    double *tan2;
+    size_t cap;
+} scratch;
+
+static void scratch_free(void *state)
+{
+    ad_free(((scratch *)state)->tan2);
+}
+
+static const ad_tenant tenant = {sizeof(scratch), scratch_free};
+
 /* adjd[a] += z' w + z wd, for every lane, and adj[a] += z w. */
 AD_INLINE void give(double *adj, double *adjd, uint32_t a, double z, const double *zd, double w,
                     const double *wd, const size_t L)
@@ -259,8 +273,9 @@ static void second_sweep(ad_tape *t, const double *tan, double *adj, double *adj
  * of input k is tan[(k + 1) * L + l]. */
 static double *seeds(ad_tape *t, size_t n, size_t L)
 {
-    memset(t->tan2, 0, (n + 1) * L * sizeof *t->tan2);
-    return t->tan2;
+    double *tan = ((scratch *)ad_tape_state_if(t, &tenant))->tan2;
+    memset(tan, 0, (n + 1) * L * sizeof *tan);
+    return tan;
 }
 
 /* From the seeded inputs: the tangents, then the second-order sweep,
@@ -269,7 +284,8 @@ static double *seeds(ad_tape *t, size_t n, size_t L)
  * tangents, whose lane l at the inputs is H v_l; both times the scale. */
 static const double *along(ad_tape *t, uint32_t top, size_t L, const ad_retry *r)
 {
-    double *tan = t->tan2, *adjd = t->tan2 + ((size_t)top + 1) * L;
+    double *tan = ((scratch *)ad_tape_state_if(t, &tenant))->tan2;
+    double *adjd = tan + ((size_t)top + 1) * L;
     ad_tangent(t, tan, top, L);
     memset(t->adj, 0, ((size_t)top + 1) * sizeof *t->adj);
     memset(adjd, 0, ((size_t)top + 1) * L * sizeof *adjd);
@@ -292,10 +308,11 @@ static ad_status prepare(ad_tape *t, ad_objective f, void *ctx, size_t n, const 
     *top = ad_outputs_top(t, 1);
     size_t ids = (size_t)*top + 1;
     s = ad_tape_borrow_adjoints(t, ids);  /* left holding the gradient and more */
-    if (s == AD_OK && ids > SIZE_MAX / (2 * L))
+    scratch *sc = s == AD_OK ? ad_tape_state(t, &tenant) : NULL;
+    if (s == AD_OK && (!sc || ids > SIZE_MAX / (2 * L)))
         s = AD_ENOMEM;
     if (s == AD_OK)
-        s = ad_reserve((void **)&t->tan2, &t->tan2_cap, 2 * L * ids, sizeof *t->tan2);
+        s = ad_reserve((void **)&sc->tan2, &sc->cap, 2 * L * ids, sizeof *sc->tan2);
     return s;
 }
 

@@ -63,8 +63,36 @@ static ad_status add_chunks(void ***chunks, size_t *n, size_t *cap, size_t bytes
     return AD_OK;
 }
 
+void *ad_tape_state(ad_tape *t, const ad_tenant *who)
+{
+    int i = 0;
+    while (i < AD_TENANTS && t->tenant[i].who && t->tenant[i].who != who)
+        i++;
+    if (i == AD_TENANTS)
+        return NULL;  /* more tenants than AD_TENANTS: raise it */
+    if (!t->tenant[i].who) {
+        void *state = ad_alloc(who->size);
+        if (!state)
+            return NULL;
+        memset(state, 0, who->size);
+        t->tenant[i].who = who;
+        t->tenant[i].state = state;
+    }
+    return t->tenant[i].state;
+}
+
+static void free_tenants(ad_tape *t)
+{
+    for (int i = 0; i < AD_TENANTS && t->tenant[i].who; i++) {
+        if (t->tenant[i].who->free)
+            t->tenant[i].who->free(t->tenant[i].state);
+        ad_free(t->tenant[i].state);
+    }
+}
+
 void ad_tape_free(ad_tape *t)
 {
+    free_tenants(t);
     free_chunks((void **)t->chunks, t->nchunks);
     ad_free(t->adj);
     ad_free(t->inputs);
@@ -77,7 +105,6 @@ void ad_tape_free(ad_tape *t)
     ad_free(t->flags);
     free_chunks((void **)t->aux, t->naux);
     free_chunks((void **)t->info, t->ninfo);
-    ad_free(t->tan2);
     memset(t, 0, sizeof *t);
 }
 

@@ -31,6 +31,17 @@ typedef struct ad_info {
     int op;
 } ad_info;
 
+/* A module that keeps state per tape (a driver's scratch, kept between
+ * calls so that a repeated call allocates nothing) names itself with one
+ * of these, static in its own file: the tape holds the state for it and
+ * frees it with the tape, knowing neither its layout nor its owner. */
+typedef struct ad_tenant {
+    size_t size;                /* bytes of state, zero when first made */
+    void (*free)(void *state);  /* frees what the state owns (not the state), or NULL */
+} ad_tenant;
+
+#define AD_TENANTS 6
+
 typedef struct ad_tape {
     ad__cursor cursor;       /* first: ad__active points here */
     ad_status status;        /* first error of this recording, sticky */
@@ -75,15 +86,31 @@ typedef struct ad_tape {
     ad_aux **aux;            /* aux[k] beside chunks[k]; kept between calls */
     size_t naux, aux_cap;
     size_t no_second;        /* blocks without a second-order rule */
-    double *tan2;            /* hessian.c: tangents, then the cotangents' tangents */
-    size_t tan2_cap;
     const uint64_t *reach;   /* during a sweep of what its seeds reach (ad_retry), t->bits */
     /* Checked recordings (check.c): every record takes the slow path too,
      * which checks it and keeps its ad_info. */
     unsigned checks;         /* the thread's ad_set_checks flags when the recording began */
     ad_info **info;          /* info[k] beside chunks[k]; kept between calls */
     size_t ninfo, info_cap;
+    struct {
+        const ad_tenant *who;
+        void *state;
+    } tenant[AD_TENANTS];     /* ad_tape_state */
 } ad_tape;
+
+/* t's state of the tenant `who`: made (zeroed) on first use, then the
+ * same until t is freed; NULL if it cannot be had. */
+AD_HIDDEN void *ad_tape_state(ad_tape *t, const ad_tenant *who);
+
+/* The same, but NULL where the tenant has no state on t yet (for sweeps,
+ * which read what the recording or the driver made). */
+static inline void *ad_tape_state_if(const ad_tape *t, const ad_tenant *who)
+{
+    for (int i = 0; i < AD_TENANTS && t->tenant[i].who; i++)
+        if (t->tenant[i].who == who)
+            return t->tenant[i].state;
+    return NULL;
+}
 
 /* Drivers with per-thread state (ad_thread_cleanup). */
 #define AD_CLEANUPS 4

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "block.h"
+#include "walk.h"
 
 static const char *const op_names[AD__OP_COUNT] = {
     [AD__OP_LINEAR] = "linear", [AD__OP_ADD] = "add", [AD__OP_SUB] = "sub",
@@ -300,21 +301,24 @@ ad_status ad_check_reverse(ad_tape *t, size_t m, const double *w, uint32_t top)
     memset(t->adj, 0, ((size_t)top + 1) * sizeof *t->adj);
     for (size_t j = 0; j < m; j++)
         t->adj[t->outputs[j].id] += w ? w[j] : 1.0;
-    for (uint32_t id = top; id >= t->first && !s.found; id--) {
-        const ad__record *r = ad_tape_record(t, id);
-        double z = t->adj[id];
-        if (r->b < AD__ID_END) {
+    ad_walk wk = ad_walk_down_from(t, top);
+    for (int kind; !s.found && (kind = ad_walk_down(&wk)) != AD_WALK_END;) {
+        if (kind == AD_WALK_RUN) {
+            const ad__record *r = wk.r - 1;
+            uint32_t id = wk.id - 1;
+            double z = t->adj[id];
+            ad_walk_stop(&wk, r, id);
             add(&s, id, r->a, z, r->wa, 0);
             add(&s, id, r->b, z, r->wb, 1);
-        } else if (r->b == AD__NARY) {
-            for (uint32_t i = 1; i <= r->a; i++) {
-                const ad__record *q = ad_tape_record(t, id - i);
-                add(&s, id, q->a, z, q->wa, 0);
-                add(&s, id, q->b, z, q->wb, 1);
+        } else if (kind == AD_WALK_NARY) {
+            double z = t->adj[wk.hid];
+            for (uint32_t i = 1; i <= wk.hdr->a; i++) {
+                const ad__record *q = ad_tape_record(t, wk.hid - i);
+                add(&s, wk.hid, q->a, z, q->wa, 0);
+                add(&s, wk.hid, q->b, z, q->wb, 1);
             }
-            id -= r->a;
-        } else if (r->b == AD__BLOCK) {
-            apply_block(&s, r, id);
+        } else {
+            apply_block(&s, wk.hdr, wk.hid);
         }
     }
     memset(t->adj, 0, ((size_t)top + 1) * sizeof *t->adj);
@@ -331,13 +335,12 @@ unsigned char *ad_slot_marks(const ad_tape *t, uint32_t top)
     if (!slot)
         return NULL;
     memset(slot, 0, n ? n : 1);
-    for (uint32_t id = top; id >= t->first && id > 0; id--) {
-        const ad__record *r = ad_tape_record(t, id);
-        if (r->b != AD__NARY)
-            continue;
-        for (uint32_t k = 1; k <= r->a; k++)
-            slot[id - k - t->first] = 1;
-        id -= r->a;
+    ad_walk w = ad_walk_down_from(t, top);
+    for (int kind; (kind = ad_walk_down(&w)) != AD_WALK_END;) {
+        if (kind == AD_WALK_RUN)
+            ad_walk_stop(&w, w.base, w.id - (uint32_t)(w.r - w.base));  /* the rest of the run */
+        else if (kind == AD_WALK_NARY)
+            memset(slot + (w.hid - w.hdr->a - t->first), 1, w.hdr->a);
     }
     return slot;
 }
@@ -379,24 +382,26 @@ ad_status ad_check_forward(ad_tape *t, const double *v, uint32_t top)
     t->adj[0] = 0.0;
     for (uint32_t i = 1; i < t->first; i++)
         t->adj[i] = v[i - 1];
-    for (uint32_t id = t->first; id <= top && !s.found; id++) {
-        const ad__record *r = ad_tape_record(t, id);
-        if (slot[id - t->first] || r->b == AD__OUT)
-            continue;
-        if (r->b == AD__BLOCK) {
-            forward_block(&s, r, id);
-            continue;
-        }
-        t->adj[id] = 0.0;
-        if (r->b < AD__ID_END) {
+    ad_walk w = ad_walk_up_from(t, top);
+    for (int kind; !s.found && (kind = ad_walk_up(&w)) != AD_WALK_END;) {
+        if (kind == AD_WALK_BLOCK) {
+            forward_block(&s, w.hdr, w.hid);
+        } else if (kind == AD_WALK_RUN) {
+            const ad__record *r = w.r;
+            uint32_t id = w.id;
+            ad_walk_stop_up(&w, r + 1, id + 1);
+            if (slot[id - t->first])  /* its header takes it */
+                continue;
+            t->adj[id] = 0.0;
             term(&s, id, r->a, r->wa, 0);
             term(&s, id, r->b, r->wb, 1);
-            continue;
-        }
-        for (uint32_t k = r->a; k >= 1 && !s.found; k--) {  /* the run, in the sweeps' order */
-            const ad__record *q = ad_tape_record(t, id - k);
-            term(&s, id, q->a, q->wa, 0);
-            term(&s, id, q->b, q->wb, 1);
+        } else {
+            t->adj[w.hid] = 0.0;
+            for (uint32_t k = w.hdr->a; k >= 1 && !s.found; k--) {  /* in the sweeps' order */
+                const ad__record *q = ad_tape_record(t, w.hid - k);
+                term(&s, w.hid, q->a, q->wa, 0);
+                term(&s, w.hid, q->b, q->wb, 1);
+            }
         }
     }
     ad_free(slot);

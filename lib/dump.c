@@ -2,6 +2,7 @@
 #include <stdio.h>
 
 #include "block.h"
+#include "walk.h"
 
 /* The thread's last complete top-level recording, or why there is none. */
 static ad_status last_tape(FILE *out, const ad_tape **t)
@@ -82,36 +83,35 @@ static void dot_node(FILE *out, const ad_tape *t, uint32_t id, const char *shape
     fputs("\"];\n", out);
 }
 
-static void dot_record(FILE *out, const ad_tape *t, uint32_t id)
+/* The slots of an n-ary record are drawn as edges into its header. */
+static void dot_nary(FILE *out, const ad_tape *t, uint32_t id, uint32_t count)
 {
-    const ad__record *r = ad_tape_record(t, id);
-    if (r->b < AD__ID_END) {
-        dot_node(out, t, id, "ellipse");
-        dot_edge(out, r->a, id, r->wa);
-        dot_edge(out, r->b, id, r->wb);
-    } else if (r->b == AD__NARY) {
-        dot_node(out, t, id, "ellipse");
-        for (uint32_t k = 1; k <= r->a; k++) {
-            const ad__record *q = ad_tape_record(t, id - k);
-            dot_edge(out, q->a, id, q->wa);
-            dot_edge(out, q->b, id, q->wb);
-        }
-    } else if (r->b == AD__BLOCK) {
-        const ad_block *b = ad_block_of(t, r);
-        const uint32_t *ids = ad_block_ids(b);
-        dot_node(out, t, id, "box3d");
-        for (uint32_t k = 0; k < b->nargs; k++)
-            if (ids[k])
-                fprintf(out, "  n%u -> n%u;\n", ids[k], id);
-        if (b->run_len)
-            fprintf(out, "  n%u -> n%u [label=\"%u entries from here\", style=dashed];\n", b->run,
-                    id, b->run_len);
-    } else {
-        const ad_info *i = ad_tape_info(t, id);
-        fprintf(out, "  n%u [shape=ellipse, label=\"%u: output %u", id, id, r->a - 1);
+    dot_node(out, t, id, "ellipse");
+    for (uint32_t k = 1; k <= count; k++) {
+        const ad__record *q = ad_tape_record(t, id - k);
+        dot_edge(out, q->a, id, q->wa);
+        dot_edge(out, q->b, id, q->wb);
+    }
+}
+
+/* A block and its outputs, each drawn from the block. */
+static void dot_block(FILE *out, const ad_tape *t, const ad__record *r, uint32_t id)
+{
+    const ad_block *b = ad_block_of(t, r);
+    const uint32_t *ids = ad_block_ids(b);
+    dot_node(out, t, id, "box3d");
+    for (uint32_t k = 0; k < b->nargs; k++)
+        if (ids[k])
+            fprintf(out, "  n%u -> n%u;\n", ids[k], id);
+    if (b->run_len)
+        fprintf(out, "  n%u -> n%u [label=\"%u entries from here\", style=dashed];\n", b->run, id,
+                b->run_len);
+    for (uint32_t j = 1; j <= r->a; j++) {
+        const ad_info *i = ad_tape_info(t, id + j);
+        fprintf(out, "  n%u [shape=ellipse, label=\"%u: output %u", id + j, id + j, j - 1);
         if (i)
             fprintf(out, "\\n= %.6g", i->v);
-        fprintf(out, "\"];\n  n%u -> n%u [style=dashed];\n", id - r->a, id);
+        fprintf(out, "\"];\n  n%u -> n%u [style=dashed];\n", id, id + j);
     }
 }
 
@@ -130,9 +130,25 @@ ad_status ad_tape_dot(FILE *out, size_t max_records)
     for (uint32_t id = 1; id < t->first; id++)
         fprintf(out, "  n%u [shape=box, label=\"x%u\\n= %.6g\"];\n", id, id - 1,
                 t->inputs[id - 1].v);
-    for (uint32_t id = t->first; id <= top && id - t->first < max_records; id++)
-        if (!slot[id - t->first])
-            dot_record(out, t, id);
+    if (max_records < (size_t)top + 1 - t->first)
+        top = t->first - 1 + (uint32_t)max_records;
+    ad_walk w = ad_walk_up_from(t, top);
+    for (int kind; (kind = ad_walk_up(&w)) != AD_WALK_END;) {
+        if (kind == AD_WALK_RUN) {
+            const ad__record *r = w.r;
+            uint32_t id = w.id;
+            ad_walk_stop_up(&w, r + 1, id + 1);
+            if (slot[id - t->first])
+                continue;
+            dot_node(out, t, id, "ellipse");
+            dot_edge(out, r->a, id, r->wa);
+            dot_edge(out, r->b, id, r->wb);
+        } else if (kind == AD_WALK_NARY) {
+            dot_nary(out, t, w.hid, w.hdr->a);
+        } else {
+            dot_block(out, t, w.hdr, w.hid);
+        }
+    }
     ad_free(slot);
     fputs("}\n", out);
     return AD_OK;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "block.h"
+#include "walk.h"
 
 /* The tangents, then the cotangents' tangents, of every ID: kept per tape
  * between calls. */
@@ -215,45 +216,35 @@ static int block_reached(ad_tape *t, const ad__record *r, uint32_t hid)
     return on;
 }
 
-/* Walks the records downwards chunk by chunk, the aux chunk beside; an
- * n-ary record's run is handled with its header and skipped.  An exact
- * sweep applies only the records its seed reaches, marking as it goes. */
+/* The second partials lie beside the records, chunk for chunk; an n-ary
+ * record's run is handled with its header.  An exact sweep applies only
+ * the records its seed reaches, marking as it goes. */
 AD_INLINE void sweep_second(ad_tape *t, const double *tan, double *adj, double *adjd, uint32_t top,
-                     const size_t L, const int exact)
+                            const size_t L, const int exact)
 {
-    uint32_t id = top;
-    while (id >= t->first) {
-        size_t k = id - t->first, c = k >> AD_CHUNK_BITS, i = k & (AD_CHUNK - 1);
-        const ad__record *rc = t->chunks[c];
-        const ad_aux *hc = t->aux[c];
-        for (;; i--, id--) {
-            const ad__record *r = rc + i;
-            double z = adj[id], zd[AD_LANES];
-            int on = !exact || ad_reached(t->bits, id);
-            for (size_t l = 0; l < L; l++)
-                zd[l] = adjd[(size_t)id * L + l];
-            if (AD__LIKELY(r->b < AD__ID_END)) {
-                if (on) {
-                    if (exact)
-                        reach2(t, r);
-                    apply2(r, hc[i], tan, adj, adjd, z, zd, L);
-                }
-            } else if (r->b == AD__NARY) {
-                if (on) {
-                    for (uint32_t s = 1; exact && s <= r->a; s++)
-                        reach2(t, ad_tape_record(t, id - s));
-                    nary(t, r, id, tan, adj, adjd, z, zd, L);
-                }
-                id -= r->a + 1;
-                break;  /* the run may have crossed a chunk: find the place again */
-            } else if (r->b == AD__BLOCK) {
-                if (!exact || block_reached(t, r, id))
-                    ad_block_second(t, r, id, tan, adj, adjd, L);
+    ad_walk w = ad_walk_down_from(t, top);
+    for (int kind; (kind = ad_walk_down(&w)) != AD_WALK_END;) {
+        uint32_t id = kind == AD_WALK_RUN ? w.id - 1 : w.hid;
+        double z = adj[id], zd[AD_LANES];
+        for (size_t l = 0; l < L; l++)
+            zd[l] = adjd[(size_t)id * L + l];
+        int on = !exact || ad_reached(t->bits, id);
+        if (kind == AD_WALK_RUN) {
+            const ad__record *r = w.r - 1;
+            ad_walk_stop(&w, r, id);
+            if (on) {
+                if (exact)
+                    reach2(t, r);
+                apply2(r, t->aux[w.c][r - w.base], tan, adj, adjd, z, zd, L);
             }
-            if (i == 0) {
-                id--;
-                break;
+        } else if (kind == AD_WALK_NARY) {
+            if (on) {
+                for (uint32_t s = 1; exact && s <= w.hdr->a; s++)
+                    reach2(t, ad_tape_record(t, id - s));
+                nary(t, w.hdr, id, tan, adj, adjd, z, zd, L);
             }
+        } else if (!exact || block_reached(t, w.hdr, id)) {
+            ad_block_second(t, w.hdr, id, tan, adj, adjd, L);
         }
     }
     if (exact)

@@ -13,6 +13,7 @@
 
 #include "block.h"
 #include "pair.h"
+#include "walk.h"
 
 /* p[0..L) += z[0..L) * w, by pairs of lanes where it can (pair.h); adj is
  * 64-byte aligned, so a pair of lanes at p is 16-byte aligned. */
@@ -56,113 +57,53 @@ AD_INLINE void prefetch_below(const ad__record *r, const double *g, const size_t
     AD_PREFETCH_W((uintptr_t)g - PREFETCH * L * sizeof *g);
 }
 
-/* Where the sweep is: record r, the next to apply is r - 1, in chunk c
- * whose first record is base; g points at the cotangents of r's ID. */
-typedef struct place {
-    size_t c;
-    const ad__record *base, *r;
-    double *g;
-} place;
-
-/* Makes sure a record lies below p->r in p's chunk: at a chunk's start,
- * moves to the chunk below (the same place in ID terms); 0 past the first
- * record. */
-AD_INLINE int room_below(const ad_tape *t, place *p)
+/* Records are read before anything is stored into adj (apply), and the
+ * cotangents z of a record are copied before its arguments' are written.
+ * In a gradient's sweep (one lane) every record leaves its own cotangent 0
+ * once read, for the next gradient (ad_reverse): a header its own (its
+ * slots' are never written), a block its outputs' after its rule has read
+ * them.  Sweeps of several lanes are for arrays cleared before each use. */
+AD_INLINE void sweep_reverse(const ad_tape *t, double *adj, uint32_t top, const size_t L,
+                             const int far)
 {
-    if (p->r > p->base)
-        return 1;
-    if (p->c == 0)
-        return 0;
-    p->base = t->chunks[--p->c];
-    p->r = p->base + AD_CHUNK;
-    return 1;
-}
-
-/* Steps down to the next record; 0 past the first record. */
-AD_INLINE int step_down(const ad_tape *t, place *p, const size_t L)
-{
-    if (!room_below(t, p))
-        return 0;
-    p->r--;
-    p->g -= L;
-    return 1;
-}
-
-/* A record of another kind (r->b >= AD__ID_END), with cotangents z.  An
- * n-ary header applies the run of slots below it (which may go on in the
- * chunk below) and steps past them; a block output slot steps down to its
- * header, as the slots between do nothing either.  In a gradient's sweep
- * (one lane) every record leaves its own cotangent 0 once read, for the
- * next gradient (ad_reverse): a header its own (its slots' are never
- * written), a block its outputs' after its rule has read them.  Sweeps of
- * several lanes are for arrays cleared before each use. */
-AD_INLINE void special(const ad_tape *t, place *p, const double *z, double *adj, const size_t L)
-{
-    const ad__record *r = p->r;
-    if (r->b == AD__NARY) {
-        if (L == 1)
-            p->g[0] = 0.0;
-        /* the run, a counted loop per chunk, downwards as the additions
-         * into adj have always been made */
-        for (size_t k = r->a; k && room_below(t, p);) {
-            size_t here = (size_t)(p->r - p->base), n = here < k ? here : k;
-            for (size_t i = 1; i <= n; i++)
-                apply(p->r - i, z, adj, L);
-            p->r -= n;
-            p->g -= n * L;
-            k -= n;
-        }
-    } else if (r->b == AD__BLOCK) {
-        /* its outputs' slots (AD__OUT) above hold its cotangents */
-        ad_block_reverse(t, r, (uint32_t)((size_t)(p->g - adj) / L), adj, L);
-        if (L == 1)
-            memset(p->g, 0, ((size_t)r->a + 1) * sizeof *p->g);
-    } else {
-        for (uint32_t k = r->a - 1; k && step_down(t, p, L); k--)
-            continue;
-    }
-}
-
-AD_INLINE void sweep_reverse(const ad_tape *t, double *adj, uint32_t top, const size_t L, const int far)
-{
-    if (top < t->first)
-        return;
-    size_t k = top - t->first;          /* position of record `top` */
-    place p;
-    p.c = k >> AD_CHUNK_BITS;
-    p.base = t->chunks[p.c];
-    p.r = p.base + (k & (AD_CHUNK - 1)) + 1;
-    p.g = adj + (size_t)(top + 1) * L;
-    for (;;) {
-        /* The run of ordinary records below p.r, in this chunk: the loop
-         * keeps no state that a record of another kind would change. */
-        const ad__record *r = p.r, *base = p.base;
-        double *g = p.g;
-        while (r > base && AD__LIKELY(r[-1].b < AD__ID_END)) {
-            --r;
-            g -= L;
-            if (far)
-                prefetch_below(r, g, L);
-            double z[AD_LANES];         /* copied: apply() writes into adj */
+    ad_walk w = ad_walk_down_from(t, top);
+    for (int kind; (kind = ad_walk_down(&w)) != AD_WALK_END;) {
+        double z[AD_LANES];
+        if (kind == AD_WALK_RUN) {
+            /* the loop keeps no state that a record of another kind would
+             * change; the walker has seen that the first record is ordinary */
+            const ad__record *r = w.r, *base = w.base;
+            double *g = adj + (size_t)w.id * L;
+            do {
+                --r;
+                g -= L;
+                if (far)
+                    prefetch_below(r, g, L);
+                for (size_t l = 0; l < L; l++)
+                    z[l] = g[l];
+                if (L == 1)
+                    g[0] = 0.0;
+                apply(r, z, adj, L);
+            } while (r > base && ad_walk_ordinary(r - 1));
+            ad_walk_stop(&w, r, (uint32_t)((size_t)(g - adj) / L));
+        } else if (kind == AD_WALK_NARY) {
+            double *g = adj + (size_t)w.hid * L;
             for (size_t l = 0; l < L; l++)
                 z[l] = g[l];
             if (L == 1)
-                g[0] = 0.0;             /* read once: left as the next gradient wants it */
-            apply(r, z, adj, L);
+                g[0] = 0.0;
+            /* the slots, downwards as the additions into adj have always been made */
+            const ad__record *lo;
+            size_t n;
+            while (ad_walk_slots(&w, &lo, &n))
+                for (const ad__record *q = lo + n; q > lo;)
+                    apply(--q, z, adj, L);
+        } else {
+            /* its outputs' slots above hold its cotangents */
+            ad_block_reverse(t, w.hdr, w.hid, adj, L);
+            if (L == 1)
+                memset(adj + w.hid, 0, ((size_t)w.hdr->a + 1) * sizeof *adj);
         }
-        if (r > base) {
-            p.r = r - 1;
-            p.g = g - L;
-            double z[AD_LANES];
-            for (size_t l = 0; l < L; l++)
-                z[l] = p.g[l];
-            special(t, &p, z, adj, L);
-            continue;
-        }
-        p.r = r;
-        p.g = g;
-        if (!room_below(t, &p))  /* into the chunk below */
-            break;
     }
 }
 
@@ -247,34 +188,38 @@ static void block_reached(ad_tape *t, const ad__record *r, uint32_t hid, double 
             give(t, adj, k < b->nargs ? ids[k] : b->run + (uint32_t)(k - b->nargs), xbar[k], 1.0);
 }
 
+/* The arguments of a two-argument record r reached with cotangent z. */
+static void give_both(ad_tape *t, double *adj, const ad__record *r, double z)
+{
+    const ad__record c = *r;  /* read before adj is written (pair.h) */
+    give(t, adj, c.a, z, c.wa);
+    give(t, adj, c.b, z, c.wb);
+}
+
 void ad_resolve_reached(ad_tape *t, double *adj, uint32_t top)
 {
     t->sweeps++;
-    for (uint32_t id = top; id >= t->first; id--) {
-        const ad__record *r = ad_tape_record(t, id);
-        int on = ad_reached(t->bits, id);
-        double z = adj[id];
-        if (r->b < AD__ID_END) {
-            if (on) {
-                const ad__record c = *r;  /* read before adj is written (pair.h) */
+    ad_walk w = ad_walk_down_from(t, top);
+    for (int kind; (kind = ad_walk_down(&w)) != AD_WALK_END;) {
+        if (kind == AD_WALK_RUN) {
+            uint32_t id = w.id - 1;
+            double z = adj[id];
+            ad_walk_stop(&w, w.r - 1, id);
+            if (ad_reached(t->bits, id)) {
                 adj[id] = 0.0;
-                give(t, adj, c.a, z, c.wa);
-                give(t, adj, c.b, z, c.wb);
+                give_both(t, adj, w.r, z);
             }
-        } else if (r->b == AD__NARY) {
-            if (on) {
-                adj[id] = 0.0;
-                for (uint32_t k = 1; k <= r->a; k++) {
-                    const ad__record c = *ad_tape_record(t, id - k);
-                    give(t, adj, c.a, z, c.wa);
-                    give(t, adj, c.b, z, c.wb);
-                }
-            }
-            id -= r->a;  /* past its slots */
-        } else if (r->b == AD__BLOCK) {
-            block_reached(t, r, id, adj);
-            memset(adj + id, 0, ((size_t)r->a + 1) * sizeof *adj);
-        }  /* a block's output: its header applies it */
+        } else if (kind == AD_WALK_NARY) {
+            double z = adj[w.hid];
+            if (!ad_reached(t->bits, w.hid))
+                continue;
+            adj[w.hid] = 0.0;
+            for (uint32_t k = 1; k <= w.hdr->a; k++)
+                give_both(t, adj, ad_tape_record(t, w.hid - k), z);
+        } else {
+            block_reached(t, w.hdr, w.hid, adj);
+            memset(adj + w.hid, 0, ((size_t)w.hdr->a + 1) * sizeof *adj);
+        }
     }
     memset(t->bits, 0, (((size_t)top >> 6) + 1) * sizeof *t->bits);
 }

@@ -8,33 +8,35 @@
 #include <string.h>
 
 #include "block.h"
+#include "walk.h"
 
 AD_INLINE void sweep_forward(const ad_tape *t, double *tan, uint32_t top, const size_t L)
 {
-    uint32_t id = t->first;
-    for (size_t c = 0; id <= top; c++) {
-        const ad__record *r = t->chunks[c];
-        const ad__record *end = r + AD_CHUNK;
-        for (; r < end && id <= top; r++, id++) {
-            double *out = tan + (size_t)id * L;
-            if (AD__UNLIKELY(r->b >= AD__ID_END)) {
-                if (r->b == AD__NARY) {
-                    for (size_t l = 0; l < L; l++)
-                        out[l] = 0.0;
-                    for (uint32_t k = 1; k <= r->a; k++)
-                        for (size_t l = 0; l < L; l++)
-                            out[l] += tan[(size_t)(id - k) * L + l];
-                } else if (r->b == AD__BLOCK) {
-                    ad_block_forward(t, r, id, tan, L);  /* sets its outputs' tangents */
-                }
-                continue;
-            }
-            /* The sink's tangent is 0 and its partial, with respect to a
-             * constant, may be anything: 0 x Inf must not make NaN here. */
-            double wa = r->a ? r->wa : 0.0, wb = r->b ? r->wb : 0.0;
-            const double *ta = tan + (size_t)r->a * L, *tb = tan + (size_t)r->b * L;
+    ad_walk w = ad_walk_up_from(t, top);
+    for (int kind; (kind = ad_walk_up(&w)) != AD_WALK_END;) {
+        if (kind == AD_WALK_RUN) {
+            const ad__record *r = w.r, *end = w.end;
+            double *out = tan + (size_t)w.id * L;
+            do {
+                /* The sink's tangent is 0 and its partial, with respect to
+                 * a constant, may be anything: 0 x Inf must not make NaN. */
+                double wa = r->a ? r->wa : 0.0, wb = r->b ? r->wb : 0.0;
+                const double *ta = tan + (size_t)r->a * L, *tb = tan + (size_t)r->b * L;
+                for (size_t l = 0; l < L; l++)
+                    out[l] = wa * ta[l] + wb * tb[l];
+                r++;
+                out += L;
+            } while (r < end && ad_walk_ordinary(r));
+            ad_walk_stop_up(&w, r, (uint32_t)((size_t)(out - tan) / L));
+        } else if (kind == AD_WALK_NARY) {
+            double *out = tan + (size_t)w.hid * L;
             for (size_t l = 0; l < L; l++)
-                out[l] = wa * ta[l] + wb * tb[l];
+                out[l] = 0.0;
+            for (uint32_t k = 1; k <= w.hdr->a; k++)
+                for (size_t l = 0; l < L; l++)
+                    out[l] += tan[(size_t)(w.hid - k) * L + l];
+        } else {
+            ad_block_forward(t, w.hdr, w.hid, tan, L);  /* sets its outputs' tangents */
         }
     }
 }
@@ -68,30 +70,32 @@ static int block_reached(const ad_tape *t, const ad_block *b)
 void ad_tangent_reached(ad_tape *t, double *tan, uint32_t top)
 {
     t->reach = t->bits;
-    for (uint32_t id = t->first; id <= top; id++) {
-        const ad__record *r = ad_tape_record(t, id);
+    ad_walk w = ad_walk_up_from(t, top);
+    for (int kind; (kind = ad_walk_up(&w)) != AD_WALK_END;) {
+        uint32_t id = kind == AD_WALK_RUN ? w.id : w.hid;
         int on = 0;
-        if (r->b < AD__ID_END) {  /* also a slot of an n-ary run */
+        if (kind == AD_WALK_RUN) {  /* also a slot of an n-ary run */
+            const ad__record *r = w.r;
             int a = !ad_tangent_zero(t, r->a), b = !ad_tangent_zero(t, r->b);
             tan[id] = (a ? r->wa * tan[r->a] : 0.0) + (b ? r->wb * tan[r->b] : 0.0);
             on = a | b;
-        } else if (r->b == AD__NARY) {
+            ad_walk_stop_up(&w, r + 1, id + 1);
+        } else if (kind == AD_WALK_NARY) {
             tan[id] = 0.0;
-            for (uint32_t k = 1; k <= r->a; k++) {
+            for (uint32_t k = 1; k <= w.hdr->a; k++) {
                 tan[id] += tan[id - k];
                 on |= ad_reached(t->bits, id - k);
             }
-        } else if (r->b == AD__BLOCK) {
-            on = block_reached(t, ad_block_of(t, r));
+        } else {
+            on = block_reached(t, ad_block_of(t, w.hdr));
             if (on)
-                ad_block_forward(t, r, id, tan, 1);
-            for (uint32_t j = 0; j <= r->a; j++) {  /* the header, then its outputs */
+                ad_block_forward(t, w.hdr, id, tan, 1);
+            for (uint32_t j = 0; j <= w.hdr->a; j++) {  /* the header, then its outputs */
                 if (!on)
                     tan[id + j] = 0.0;
                 else if (j)
                     ad_reach_mark(t, id + j);
             }
-            id += r->a;  /* past its outputs */
             continue;
         }
         if (on)

@@ -1,8 +1,8 @@
 /* dualrev: checked recordings -- where a NaN or an Inf came from.
  *
- * With checks on (ad_set_checks), every record takes the slow path, which
- * calls ad_check_record: it keeps the record's value, operation and label
- * (ad_info, in chunks beside the tape's) and stops the recording at the
+ * With checks on (ad_set_checks), the recording is made in ad_check_mode,
+ * whose hook sees every record: it keeps the record's value, operation and
+ * label (ad_info, in the mode's side table) and stops the recording at the
  * first record that makes a non-finite number from finite ones.  A reverse
  * or forward sweep whose results are not all finite is run again here,
  * plainly and unscaled, to find the first contribution that overflows. */
@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "block.h"
+#include "check.h"
 #include "walk.h"
 
 static const char *const op_names[AD__OP_COUNT] = {
@@ -61,12 +62,18 @@ ad_status ad_last_fault(ad_fault *out)
     return AD_OK;
 }
 
+/* The info of record id, in a checked recording's side table. */
+static ad_info *info_at(const ad_tape *t, uint32_t id)
+{
+    const ad_side *sd = ad_tape_side(t, &ad_check_mode);
+    return sd ? ad_side_entry(t, sd, id) : NULL;
+}
+
 const ad_info *ad_tape_info(const ad_tape *t, uint32_t id)
 {
-    if (!t->checks || id < t->first || id > ad_tape_top(t))
+    if (id < t->first || id > ad_tape_top(t))
         return NULL;
-    size_t k = id - t->first;
-    return &t->info[k >> AD_CHUNK_BITS][k & (AD_CHUNK - 1)];
+    return info_at(t, id);
 }
 
 double ad_tape_value(const ad_tape *t, uint32_t id)
@@ -88,13 +95,6 @@ const char *ad_op_name(const ad_tape *t, uint32_t id)
         return ad_block_of(t, r)->kind->name;
     const ad_info *i = ad_tape_info(t, id);
     return i && i->op >= 0 && i->op < AD__OP_COUNT ? op_names[i->op] : NULL;
-}
-
-/* The info of the record about to get ID id: the slot the cursor is at. */
-static ad_info *next_info(ad_tape *t, uint32_t id)
-{
-    size_t k = id - t->first;
-    return &t->info[k >> AD_CHUNK_BITS][k & (AD_CHUNK - 1)];
 }
 
 /* f becomes the thread's last fault (ad_last_fault). */
@@ -140,11 +140,12 @@ static int run_partials_finite(const ad_tape *t, uint32_t id, uint32_t count)
     return 1;
 }
 
-int ad_check_record(ad_tape *t, uint32_t id, uint32_t a, double wa, uint32_t b, double wb, int op,
-                    double x, double y, double v)
+/* The mode's hook. */
+static int take(ad_tape *t, void *side, uint32_t id, uint32_t a, double wa, uint32_t b, double wb,
+                int op, double x, double y, double v)
 {
     const char *label = ad_thread_self()->label;
-    ad_info *info = next_info(t, id);
+    ad_info *info = side;
     info->v = v;
     info->label = label;
     info->op = op;
@@ -176,6 +177,8 @@ int ad_check_record(ad_tape *t, uint32_t id, uint32_t a, double wa, uint32_t b, 
     return 0;
 }
 
+const ad_mode ad_check_mode = {sizeof(ad_info), take};
+
 int ad_check_block(ad_tape *t, const char *name, size_t n, const double *x, size_t m,
                    const double *y, uint32_t first)
 {
@@ -183,7 +186,7 @@ int ad_check_block(ad_tape *t, const char *name, size_t n, const double *x, size
         return 1;
     int args_finite = 1, out_finite = 1;
     for (size_t j = 0; j < m; j++) {
-        ad_info *i = next_info(t, first + (uint32_t)j);
+        ad_info *i = info_at(t, first + (uint32_t)j);
         i->v = y[j];
         out_finite &= isfinite(y[j]) != 0;
     }

@@ -2,6 +2,7 @@
 #include <stdio.h>
 
 #include "block.h"
+#include "check.h"
 #include "walk.h"
 
 /* The thread's last complete top-level recording, or why there is none. */

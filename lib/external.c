@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "block.h"
+#include "check.h"
 
 typedef struct external {
     ad_block base;

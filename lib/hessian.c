@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "block.h"
+#include "second.h"
 #include "walk.h"
 
 /* The tangents, then the cotangents' tangents, of every ID: kept per tape
@@ -222,6 +223,7 @@ static int block_reached(ad_tape *t, const ad__record *r, uint32_t hid)
 AD_INLINE void sweep_second(ad_tape *t, const double *tan, double *adj, double *adjd, uint32_t top,
                             const size_t L, const int exact)
 {
+    unsigned char *const *aux = ad_tape_side(t, &ad_second_mode)->chunks;
     ad_walk w = ad_walk_down_from(t, top);
     for (int kind; (kind = ad_walk_down(&w)) != AD_WALK_END;) {
         uint32_t id = kind == AD_WALK_RUN ? w.id - 1 : w.hid;
@@ -235,7 +237,8 @@ AD_INLINE void sweep_second(ad_tape *t, const double *tan, double *adj, double *
             if (on) {
                 if (exact)
                     reach2(t, r);
-                apply2(r, t->aux[w.c][r - w.base], tan, adj, adjd, z, zd, L);
+                apply2(r, ((const ad_aux *)(const void *)aux[w.c])[r - w.base], tan, adj, adjd, z, zd,
+                       L);
             }
         } else if (kind == AD_WALK_NARY) {
             if (on) {

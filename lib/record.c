@@ -5,6 +5,8 @@
  * entry point (gradient, JVP, VJP, Jacobians, linearize) records this way. */
 #include <math.h>
 
+#include "check.h"
+#include "second.h"
 #include "tape.h"
 
 ad_tape *ad_thread_tape(void)
@@ -30,7 +32,14 @@ ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n, const double
     ad_thread *th = ad_thread_self();
     if (th->depth >= AD_MAX_NESTING)  /* t is then NULL, from ad_thread_tape */
         return AD_ENESTING;
-    ad_status s = ad_tape_begin(t, th, n, second);
+    /* Checks first: they may refuse a record the others would keep. */
+    const ad_mode *modes[AD_MODES];
+    int nmodes = 0;
+    if (th->checks)
+        modes[nmodes++] = &ad_check_mode;
+    if (second)
+        modes[nmodes++] = &ad_second_mode;
+    ad_status s = ad_tape_begin(t, th, n, modes, nmodes);
     if (s == AD_OK)
         s = prepare_outputs(t, m);
     if (s != AD_OK)

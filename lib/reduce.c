@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "second.h"
 #include "tape.h"
 
 /* Partials of one primitive, before they are recorded; per thread, freed
@@ -61,7 +62,7 @@ static uint32_t record(ad_tape *t, size_t n, const ad_real *x, const double *w, 
         s = ad__slots_put(s, x[k].id, w[k], 0, 0.0);
     }
     uint32_t id = ad__slots_end(s, kind, v);
-    if (!id || !t->second)
+    if (!id || !ad_tape_side(t, &ad_second_mode))
         return id;
     /* hessian.c's prod_run keeps two numbers per argument in the work array. */
     if (ad_reserve((void **)&t->work, &t->work_cap, 4 * (size_t)ad_tape_record(t, id)->a,

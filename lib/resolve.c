@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "block.h"
+#include "check.h"
 #include "pair.h"
 #include "walk.h"
 

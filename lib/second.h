@@ -1,146 +1,24 @@
-/* dualrev internal: second partials of the elementary operations, for second-order
- * recordings (ad_hvp, ad_hessian).
- *
- * Computed in the slow path from the operation and its arguments' values,
- * so that first-order recordings never pay for them.  For one-argument
- * operations only aa is used; y is then the operation's constant.  Where a
- * first partial follows a convention (docs/conventions.md), the second
- * follows it too: 0 where the first is constant around the point.
- * Inlined into the slow path (tape.c), its only caller. */
+/* dualrev internal: second-order recordings (ad_hvp, ad_hessian), whose
+ * records keep their second partials beside them (second.c). */
 #ifndef DUALREV_SECOND_H
 #define DUALREV_SECOND_H
 
-#include <float.h>
-#include <math.h>
-
 #include "tape.h"
 
-#define AD_LN2 0.693147180559945309417232121458176568
-#define AD_LN10 2.30258509299404568401799145468436421
+/* Second partials of a record: d2/da2, d2/dadb, d2/db2, zero for a
+ * constant argument.  An n-ary record's slots keep what its kind needs
+ * (reduce.c, hessian.c). */
+typedef struct ad_aux {
+    double aa, ab, bb;
+} ad_aux;
 
-/* special.c */
-AD_HIDDEN double ad_digamma(double x);
-AD_HIDDEN double ad_trigamma(double x);
+/* The mode a second-order recording is made in. */
+AD_HIDDEN extern const ad_mode ad_second_mode;
 
-
-static inline ad_aux one(double aa)
+/* The second partials of the record at `id`, in a second-order recording. */
+static inline ad_aux *ad_tape_aux(const ad_tape *t, uint32_t id)
 {
-    ad_aux h = {aa, 0.0, 0.0};
-    return h;
-}
-
-static inline ad_aux two(double aa, double ab, double bb)
-{
-    ad_aux h = {aa, ab, bb};
-    return h;
-}
-
-/* pow(a, b) = v: d/da = b a^(b-1), d/db = log(a) v; conventions at b = 0
- * (d/da = 0 for every a) and a = 0 (d/db = 0 for every b) carry over, and
- * d2/da2 is 0 wherever d/da is constant in a (b = 0 or 1, where a^(b-2)
- * may be Inf).  Where a power underflows to 0 its product is 0, not
- * Inf x 0 = NaN: b ((b - 1) a^(b-2)), as b (b - 1) overflows for |b| >
- * 1.3e154, and a^(b-1) (1 + b log a) only where a^(b-1) is not 0, as
- * b log a overflows for |b| > 2.4e305. */
-static inline ad_aux pow2(double a, double b, double v)
-{
-    double aa = b == 0.0 || b == 1.0 ? 0.0 : b * ((b - 1.0) * pow(a, b - 2.0));
-    double p = pow(a, b - 1.0);
-    double ab = a == 0.0 || p == 0.0 ? 0.0 : p * (1.0 + b * log(a));
-    double bb = a == 0.0 ? 0.0 : log(a) * log(a) * v;
-    return two(aa, ab, bb);
-}
-
-/* atan2(a, b): wa = b / r^2, wb = -a / r^2 (r^2 = a^2 + b^2), and the
- * second partials -2ab / r^4, (a^2 - b^2) / r^4, 2ab / r^4 are formed from
- * them, as r^4 would overflow: 2 wa wb and (wb - wa)(wb + wa).  Where a
- * first partial is above 2^500 (both coordinates below 2^-500; 1 / 1e-310
- * even overflows, and Inf x 0 was NaN), from the partials at (a, b) 2^600,
- * then times 2^600 twice: H is homogeneous of degree -2.  NaN at the
- * origin and at two infinite coordinates, 0 at one (the limit): from the
- * first partials, NaN and 0 there. */
-static inline ad_aux atan2_2(double a, double b, double wa, double wb)
-{
-    double s = 1.0;
-    if (fabs(wa) > 0x1p500 || fabs(wb) > 0x1p500) {
-        s = 0x1p600;
-        ad__atan2_partials(a * s, b * s, &wa, &wb);
-    }
-    double aa = 2.0 * (wa * wb) * s * s;
-    return two(aa, (wb - wa) * (wb + wa) * s * s, -aa);
-}
-
-/* hypot(a, b) = h: wa = a / h, wb = b / h, and the second partials b^2 / h^3,
- * -ab / h^3, a^2 / h^3 are (wb^2, -wa wb, wa^2) / h.  Where h is not a
- * normal number, with h taken at (a, b) s, s = ad__hypot_scale(h), as the
- * first partials were (ops.h); H is homogeneous of degree -1, so the
- * numerators are multiplied by s.
- * Convention: 0 at the origin, as fabs''; at an infinite argument the
- * partials' limits give 0. */
-static inline ad_aux hypot2(double a, double b, double v, double wa, double wb)
-{
-    if (v == 0.0)
-        return two(0.0, 0.0, 0.0);
-    double s = isfinite(a) && isfinite(b) ? ad__hypot_scale(v) : 1.0;
-    double h = s == 1.0 ? v : hypot(a * s, b * s);
-    return two(wb * wb * s / h, -wa * wb * s / h, wa * wa * s / h);
-}
-
-static inline ad_aux binary(int op, double a, double b, double v, double wa, double wb)
-{
-    switch (op) {
-    case AD__OP_MUL:
-        return two(0.0, 1.0, 0.0);
-    case AD__OP_DIV:  /* wa = 1/b, wb = -a/b^2; 2a/b^3 as -2 (wb / b): no Inf x 0 at a = 0 */
-        return two(0.0, -wa * wa, -2.0 * (wb / b));
-    case AD__OP_POW:
-        return pow2(a, b, v);
-    case AD__OP_ATAN2:
-        return atan2_2(a, b, wa, wb);
-    case AD__OP_HYPOT:
-        return hypot2(a, b, v, wa, wb);
-    }
-    return two(0.0, 0.0, 0.0);
-}
-
-static inline ad_aux ad_second_partials(int op, double x, double y, double v, double wa,
-                                        double wb)
-{
-    switch (op) {
-    case AD__OP_LINEAR: return two(0.0, 0.0, 0.0);
-    case AD__OP_POW_RD: return one(pow2(x, y, v).aa);   /* x^y, y constant */
-    case AD__OP_POW_DR: return one(pow2(y, x, v).bb);   /* y^x, y constant */
-    /* -1/(4 x^1.5), -2/(9 x^(5/3)); convention: -Inf at 0 and -0 */
-    case AD__OP_SQRT: return one(-0.5 * wa / fabs(x));
-    case AD__OP_CBRT: return one(-2.0 * wa / (3.0 * x + 0.0));
-    case AD__OP_EXP: return one(v);
-    case AD__OP_EXPM1: return one(wa);
-    case AD__OP_LOG: return one(-wa * wa);
-    case AD__OP_LOG1P: return one(-wa * wa);
-    case AD__OP_LOG2: return one(-wa * wa * AD_LN2);
-    case AD__OP_LOG10: return one(-wa * wa * AD_LN10);
-    case AD__OP_SIN: return one(-v);
-    case AD__OP_COS: return one(-v);
-    case AD__OP_TAN: return one(2.0 * v * wa);
-    case AD__OP_ASIN: return one(x * wa * wa * wa);
-    case AD__OP_ACOS: return one(x * wa * wa * wa);
-    /* x wa first: 2 x overflows for |x| > 9e307, where wa is 0 */
-    case AD__OP_ATAN: return one(-2.0 * (x * wa) * wa);
-    case AD__OP_SINH: return one(v);
-    case AD__OP_COSH: return one(v);
-    case AD__OP_TANH: return one(-2.0 * v * wa);
-    case AD__OP_ASINH: return one(-x * wa * wa * wa);
-    case AD__OP_ACOSH: return one(-x * wa * wa * wa);
-    case AD__OP_ATANH: return one(2.0 * x * wa * wa);
-    case AD__OP_ERF: return one(-2.0 * (x * wa));
-    case AD__OP_ERFC: return one(-2.0 * (x * wa));
-    case AD__OP_LGAMMA: return one(ad_trigamma(x));
-    case AD__OP_TGAMMA: {  /* Gamma (psi^2 + psi') */
-        double psi = ad_digamma(x);
-        return one(v * (psi * psi + ad_trigamma(x)));
-    }
-    }
-    return binary(op, x, y, v, wa, wb);
+    return ad_side_entry(t, ad_tape_side(t, &ad_second_mode), id);
 }
 
 #endif

@@ -4,13 +4,14 @@
 
 #include "dualrev.h"
 #include "alloc.h"
+#include "special.h"
 
 #define PI 3.14159265358979323846264338327950288
 
 /* psi(x) = d/dx log|Gamma(x)|.  Recurrence up to x >= 10, then the
  * asymptotic series to the x^-14 term (next term below 1e-16 there);
  * reflection for negative x.  NaN at the poles 0, -1, -2, ... */
-AD_HIDDEN double ad_digamma(double x)
+double ad_digamma(double x)
 {
     if (x != x || x == -INFINITY)
         return NAN;
@@ -36,7 +37,7 @@ AD_HIDDEN double ad_digamma(double x)
  * same plan as digamma: recurrence psi'(x) = psi'(x + 1) + 1/x^2 up to
  * x >= 10, the asymptotic series to the x^-15 term, reflection
  * psi'(x) = pi^2 / sin^2(pi x) - psi'(1 - x) for negative x. */
-AD_HIDDEN double ad_trigamma(double x)
+double ad_trigamma(double x)
 {
     if (x != x || x == -INFINITY)
         return NAN;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "block.h"
+#include "check.h"
 #include "walk.h"
 
 AD_INLINE void sweep_forward(const ad_tape *t, double *tan, uint32_t top, const size_t L)

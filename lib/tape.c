@@ -3,7 +3,6 @@
 #include <string.h>
 #include <threads.h>
 
-#include "second.h"
 #include "tape.h"
 
 static ad__cursor idle_cursor = {NULL, NULL, 0, 0};
@@ -103,8 +102,8 @@ void ad_tape_free(ad_tape *t)
     ad_free(t->blocks);
     ad_free(t->work);
     ad_free(t->flags);
-    free_chunks((void **)t->aux, t->naux);
-    free_chunks((void **)t->info, t->ninfo);
+    for (int i = 0; i < AD_MODES; i++)
+        free_chunks((void **)t->side[i].chunks, t->side[i].n);
     memset(t, 0, sizeof *t);
 }
 
@@ -185,12 +184,11 @@ ad_status ad_grow(void **buf, size_t *cap, size_t need, size_t elem, size_t keep
     return AD_OK;
 }
 
-/* The chunk of `bytes` per record beside chunk k in a side table (second
- * partials, checked records' info), allocated on first use. */
-static ad_status open_side(void ***side, size_t *n, size_t *cap, size_t k, size_t bytes)
+/* The side table sd's chunk beside chunk k, made on first use. */
+static ad_status open_side(ad_side *sd, size_t k)
 {
-    while (k >= *n) {
-        ad_status s = add_chunks(side, n, cap, AD_CHUNK * bytes);
+    while (k >= sd->n) {
+        ad_status s = add_chunks((void ***)&sd->chunks, &sd->n, &sd->cap, AD_CHUNK * sd->mode->side);
         if (s != AD_OK)
             return s;
     }
@@ -211,20 +209,47 @@ static ad_status open_chunk(ad_tape *t)
     ad__record *c = t->chunks[t->open++];
     t->cursor.cur = c;
     t->room_end = c + (room < AD_CHUNK ? room : AD_CHUNK);
-    int slow = t->second || t->checks;
-    t->cursor.end = slow ? NULL : t->room_end;
+    /* With modes on, every record takes the slow path (end NULL), which
+     * takes it only once the side tables have this chunk (slow_end). */
+    t->cursor.end = t->non ? NULL : t->room_end;
     t->slow_end = NULL;
-    ad_status s = AD_OK;
-    if (t->second) {
-        s = open_side((void ***)&t->aux, &t->naux, &t->aux_cap, t->open - 1, sizeof(ad_aux));
-        if (s == AD_OK)
-            t->aux_shift = (uintptr_t)t->aux[t->open - 1] - (uintptr_t)c;
+    for (int i = 0; i < t->non; i++) {
+        ad_status s = open_side(&t->side[t->on[i]], t->open - 1);
+        if (s != AD_OK)
+            return s;
     }
-    if (s == AD_OK && t->checks)
-        s = open_side((void ***)&t->info, &t->ninfo, &t->info_cap, t->open - 1, sizeof(ad_info));
-    if (s == AD_OK && slow)
+    if (t->non)
         t->slow_end = t->room_end;
-    return s;
+    return AD_OK;
+}
+
+/* Whether side table i is already on for the recording being begun. */
+static int in_use(const ad_tape *t, int i)
+{
+    for (int j = 0; j < t->non; j++)
+        if (t->on[j] == i)
+            return 1;
+    return 0;
+}
+
+/* The side table slot for mode m: the one it had before, or a free one, or
+ * one another mode had (whose table is then freed); -1 if none is. */
+static int side_for(ad_tape *t, const ad_mode *m)
+{
+    int free_slot = -1;
+    for (int i = 0; i < AD_MODES; i++) {
+        if (t->side[i].mode == m)
+            return i;
+        if (free_slot < 0 && (!t->side[i].mode || !in_use(t, i)))
+            free_slot = i;
+    }
+    if (free_slot >= 0 && t->side[free_slot].mode) {
+        free_chunks((void **)t->side[free_slot].chunks, t->side[free_slot].n);
+        memset(&t->side[free_slot], 0, sizeof t->side[free_slot]);
+    }
+    if (free_slot >= 0)
+        t->side[free_slot].mode = m;
+    return free_slot;
 }
 
 /* A number no other recording in the process has.  Threads take them in
@@ -250,7 +275,23 @@ static uint64_t key0_of(uint64_t serial)
     return ad__key_of(0, tag ? tag : 1);
 }
 
-ad_status ad_tape_begin(ad_tape *t, ad_thread *th, size_t n, int second)
+/* Puts on the recording's modes, in order. */
+static ad_status modes_on(ad_tape *t, const ad_mode *const *modes, int nmodes)
+{
+    t->non = 0;
+    if (nmodes > AD_MODES)
+        return AD_ENOMEM;  /* more modes than AD_MODES: raise it */
+    for (int i = 0; i < nmodes; i++) {
+        int k = side_for(t, modes[i]);
+        if (k < 0)
+            return AD_ENOMEM;
+        t->on[t->non++] = k;
+    }
+    return AD_OK;
+}
+
+ad_status ad_tape_begin(ad_tape *t, ad_thread *th, size_t n, const ad_mode *const *modes,
+                        int nmodes)
 {
     size_t limit = th->limit;
     ad_status s = ad_thread_arm(th);
@@ -281,13 +322,15 @@ ad_status ad_tape_begin(ad_tape *t, ad_thread *th, size_t n, int second)
     t->no_jvp = 0;
     t->no_second = 0;
     t->foreign = 0;
-    t->second = second;
     t->checks = th->checks;
     if (th->depth == 0)
         th->has_fault = 0;
     t->open = 0;
     t->cursor.cur = t->cursor.end = t->room_end = t->slow_end = NULL;
     t->cursor.next = t->first;
+    s = modes_on(t, modes, nmodes);
+    if (s != AD_OK)
+        return s;
     /* Chunk 0 now, so the first record does not take the slow path; with a
      * limit of 0 records the slow path reports AD_ERANGE if one is made. */
     return t->id_end > t->first ? open_chunk(t) : AD_OK;
@@ -308,8 +351,8 @@ ad_status ad_tape_borrow_adjoints(ad_tape *t, size_t count)
     return ad_reserve((void **)&t->adj, &t->adj_cap, count, sizeof *t->adj);
 }
 
-/* Everything but a second-order or checked record with room: a new chunk, the idle
- * thread, a failed recording, a full chunk in first-order mode.  Kept out
+/* Everything but a record with room that the modes take: a new chunk,
+ * the idle thread, a failed recording, a full chunk without modes.  Kept out
  * of ad__push_slow so that its common path saves no registers. */
 static AD_NOINLINE uint32_t push_rare(ad__cursor *c, uint32_t a, double wa, uint32_t b, double wb,
                                       int op, double x, double y, double v)
@@ -325,7 +368,7 @@ static AD_NOINLINE uint32_t push_rare(ad__cursor *c, uint32_t a, double wa, uint
         ad_tape_fail(t, t->status);
         return 0;
     }
-    /* Room now: first order takes the fast path, second order comes back. */
+    /* Room now: without modes the fast path takes it, with them this comes back. */
     return ad__push_at(c, a, wa, b, wb, op, x, y, v);
 }
 
@@ -335,39 +378,22 @@ uint32_t ad__push_slow(ad__cursor *c, uint32_t a, double wa, uint32_t b, double 
     ad_tape *t = (ad_tape *)c;
     if (c == &idle_cursor || (uintptr_t)c->cur >= (uintptr_t)t->slow_end)
         return push_rare(c, a, wa, b, wb, op, x, y, v);
-    if (t->checks && !ad_check_record(t, (uint32_t)c->next, a, wa, b, wb, op, x, y, v))
-        return 0;
     ad__record *r = t->cursor.cur;
-    if (!t->second) {
-        r->a = a;
-        r->b = b;
-        r->wa = wa;
-        r->wb = wb;
-        t->cursor.cur = r + 1;
-        return (uint32_t)t->cursor.next++;
+    uint32_t id = (uint32_t)t->cursor.next;
+    /* Chunks fill completely before the next opens: the record's place in
+     * its chunk is its index's low bits. */
+    size_t k = (size_t)(id - t->first) & (AD_CHUNK - 1);
+    for (int i = 0; i < t->non; i++) {
+        const ad_side *sd = &t->side[t->on[i]];
+        void *entry = sd->chunks[t->open - 1] + k * sd->mode->side;
+        if (!sd->mode->take(t, entry, id, a, wa, b, wb, op, x, y, v))
+            return 0;
     }
     ad__ahead(r);
-    ad__ahead((const ad__record *)(void *)((uintptr_t)r + t->aux_shift));  /* its second partials */
     r->a = a;
     r->b = b;
     r->wa = wa;
     r->wb = wb;
-    /* The commonest two ahead of the switch, whose jump target would
-     * change from record to record. */
-    ad_aux h = {0.0, 0.0, 0.0};
-    if (op == AD__OP_MUL)
-        h.ab = a && b ? 1.0 : 0.0;
-    else if (op >= AD__OP_CURVED)
-        h = ad_second_partials(op, x, y, v, wa, wb);
-    /* A constant's tangent is 0, but 0 x Inf would still make NaN. */
-    if (!a)
-        h.aa = h.ab = 0.0;
-    if (!b)
-        h.ab = h.bb = 0.0;
-    /* Not a running pointer: n-ary slots advance the cursor without it.
-     * Records and second partials are both 24 bytes, so a record's sit a
-     * fixed distance from it. */
-    *(ad_aux *)(void *)((uintptr_t)r + t->aux_shift) = h;
     t->cursor.cur = r + 1;
     return (uint32_t)t->cursor.next++;
 }

@@ -14,22 +14,30 @@
 #define AD_CHUNK_BITS 16
 #define AD_CHUNK ((size_t)1 << AD_CHUNK_BITS)
 
-/* Second partials of a record (second-order recordings only): d2/da2,
- * d2/dadb, d2/db2, zero for a constant argument. */
-typedef struct ad_aux {
-    double aa, ab, bb;
-} ad_aux;
+typedef struct ad_tape ad_tape;
 
-/* tape.c finds a record's second partials at a fixed distance from it. */
-_Static_assert(sizeof(ad_aux) == sizeof(ad__record), "second partials are as large as a record");
+/* A recording mode (second order, checks) sends every record through the
+ * slow path, where its hook sees the record before it is written: the
+ * record's ID, arguments and partials, its operation (record.h's
+ * AD__OP_*), the arguments' values x and y (y: a one-argument operation's
+ * constant) and the result's, v.  What the mode keeps of a record goes
+ * into its side table, `side` bytes per record, beside the record's chunk.
+ * The hook returns 0 after ending the recording (ad_tape_fail). */
+typedef struct ad_mode {
+    size_t side;
+    int (*take)(ad_tape *t, void *side, uint32_t id, uint32_t a, double wa, uint32_t b, double wb,
+                int op, double x, double y, double v);
+} ad_mode;
 
-/* What a checked recording (ad_set_checks) keeps of each record beside it:
- * its value, its operation and the label in force when it was made. */
-typedef struct ad_info {
-    double v;
-    const char *label;
-    int op;
-} ad_info;
+#define AD_MODES 2
+
+/* A mode's side table: a chunk of entries per chunk of records, made as the
+ * tape opens chunks and kept between recordings. */
+typedef struct ad_side {
+    const ad_mode *mode;
+    unsigned char **chunks;
+    size_t n, cap;
+} ad_side;
 
 /* A module that keeps state per tape (a driver's scratch, kept between
  * calls so that a repeated call allocates nothing) names itself with one
@@ -74,24 +82,16 @@ typedef struct ad_tape {
     size_t flags_cap;
     size_t no_jvp;           /* blocks without a forward rule in this recording */
     size_t foreign;          /* blocks whose rules are the user's (ad_external) */
-    /* Second-order recordings (hessian.c): every record takes the slow
-     * path (cursor.end is NULL), which also writes its second partials. */
-    int second;
+    size_t no_second;        /* blocks without a second-order rule */
     uint64_t serial;         /* this recording's number, unique in the process */
     uint64_t sweeps;         /* reverse sweeps so far (matrix.c: which products a sweep reached) */
     ad__record *room_end;    /* the end of the room in the current chunk */
-    ad__record *slow_end;    /* room_end while a second-order or checked recording can write
-                                on the slow path, else NULL */
-    uintptr_t aux_shift;     /* a record's second partials' address less its own */
-    ad_aux **aux;            /* aux[k] beside chunks[k]; kept between calls */
-    size_t naux, aux_cap;
-    size_t no_second;        /* blocks without a second-order rule */
+    ad__record *slow_end;    /* room_end while the recording's modes can take records, else NULL */
     const uint64_t *reach;   /* during a sweep of what its seeds reach (ad_retry), t->bits */
-    /* Checked recordings (check.c): every record takes the slow path too,
-     * which checks it and keeps its ad_info. */
     unsigned checks;         /* the thread's ad_set_checks flags when the recording began */
-    ad_info **info;          /* info[k] beside chunks[k]; kept between calls */
-    size_t ninfo, info_cap;
+    ad_side side[AD_MODES];  /* side tables, of the modes of this recording or of earlier ones */
+    int on[AD_MODES];        /* this recording's modes: side[on[0]], ..., in order */
+    int non;
     struct {
         const ad_tenant *who;
         void *state;
@@ -129,31 +129,6 @@ typedef struct ad_thread {
     int has_fault;
 } ad_thread;
 
-/* check.c: the checked recording's part of the slow path: checks the record
- * about to get ID `id` and keeps its ad_info; 0 after ending the recording
- * with AD_ENONFINITE. */
-AD_HIDDEN int ad_check_record(ad_tape *t, uint32_t id, uint32_t a, double wa, uint32_t b,
-                              double wb, int op, double x, double y, double v);
-/* The outputs y[0..m) (IDs first..) of a block whose arguments have values
- * x[0..n): kept, and checked as a record's value. */
-AD_HIDDEN int ad_check_block(ad_tape *t, const char *name, size_t n, const double *x, size_t m,
-                             const double *y, uint32_t first);
-/* After a reverse sweep whose results were not all finite: sweeps again,
- * plainly, checking each contribution; AD_ENONFINITE at the first that
- * overflows from finite numbers, else AD_OK. */
-AD_HIDDEN ad_status ad_check_reverse(ad_tape *t, size_t m, const double *w, uint32_t top);
-/* The same for a forward sweep seeded with v (ad_forward). */
-AD_HIDDEN ad_status ad_check_forward(ad_tape *t, const double *v, uint32_t top);
-/* One byte per record first..top, set for the slots of n-ary runs (whose
- * IDs nothing references); NULL if out of memory.  ad_free it. */
-AD_HIDDEN unsigned char *ad_slot_marks(const ad_tape *t, uint32_t top);
-/* An operation's name (op: record.h's AD__OP_*; an n-ary header's kind). */
-AD_HIDDEN const char *ad_op_name(const ad_tape *t, uint32_t id);
-/* The record's ad_info, in a checked recording (NULL otherwise). */
-AD_HIDDEN const ad_info *ad_tape_info(const ad_tape *t, uint32_t id);
-/* A value by ID: an input's, or a checked recording's record's (NaN if unknown). */
-AD_HIDDEN double ad_tape_value(const ad_tape *t, uint32_t id);
-
 /* Per-thread state that a driver keeps in its own _Thread_local variables
  * is freed with the thread's tapes, at thread exit and by ad_release, by
  * the function it registers here (once or every time: registering again
@@ -170,8 +145,10 @@ AD_HIDDEN ad_status ad_thread_arm(ad_thread *th);
 /* Prepare t to record a function of n inputs on th, the calling thread
  * (its record limit, its serial numbers): t->inputs gets room for their
  * ad_reals, with IDs 1..n set; the caller sets the values.  Keeps the
- * memory of earlier recordings.  second: a second-order recording. */
-AD_HIDDEN ad_status ad_tape_begin(ad_tape *t, ad_thread *th, size_t n, int second);
+ * memory of earlier recordings.  modes[0..nmodes): the recording's modes,
+ * whose hooks take each record in that order. */
+AD_HIDDEN ad_status ad_tape_begin(ad_tape *t, ad_thread *th, size_t n, const ad_mode *const *modes,
+                                  int nmodes);
 
 /* Records in t so far: IDs first .. top(t). */
 static inline uint32_t ad_tape_top(const ad_tape *t) { return (uint32_t)(t->cursor.next - 1); }
@@ -223,11 +200,20 @@ static inline int ad_any_active(size_t n, const ad_real *x)
     return 0;
 }
 
-/* The second partials of the record at `id`, in a second-order recording. */
-static inline ad_aux *ad_tape_aux(const ad_tape *t, uint32_t id)
+/* The side table of mode m in this recording, or NULL if m is not on. */
+static inline const ad_side *ad_tape_side(const ad_tape *t, const ad_mode *m)
+{
+    for (int i = 0; i < t->non; i++)
+        if (t->side[t->on[i]].mode == m)
+            return &t->side[t->on[i]];
+    return NULL;
+}
+
+/* Record id's entry in the side table sd. */
+static inline void *ad_side_entry(const ad_tape *t, const ad_side *sd, uint32_t id)
 {
     size_t k = id - t->first;
-    return &t->aux[k >> AD_CHUNK_BITS][k & (AD_CHUNK - 1)];
+    return sd->chunks[k >> AD_CHUNK_BITS] + (k & (AD_CHUNK - 1)) * sd->mode->side;
 }
 
 /* The record at `id` (first <= id <= top). */

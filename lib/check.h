@@ -1,0 +1,41 @@
+/* dualrev internal: checked recordings (ad_set_checks) and what they let
+ * the library say about a tape (check.c). */
+#ifndef DUALREV_CHECK_H
+#define DUALREV_CHECK_H
+
+#include "tape.h"
+
+/* What a checked recording keeps of each record beside it: its value, its
+ * operation and the label in force when it was made. */
+typedef struct ad_info {
+    double v;
+    const char *label;
+    int op;
+} ad_info;
+
+/* The mode a checked recording is made in: its hook checks each record
+ * and keeps its ad_info, and ends the recording with AD_ENONFINITE at a
+ * record that is not finite from finite arguments (AD_CHECK_FINITE). */
+AD_HIDDEN extern const ad_mode ad_check_mode;
+
+/* The outputs y[0..m) (IDs first..) of a block whose arguments have values
+ * x[0..n): kept, and checked as a record's value. */
+AD_HIDDEN int ad_check_block(ad_tape *t, const char *name, size_t n, const double *x, size_t m,
+                             const double *y, uint32_t first);
+/* After a reverse sweep whose results were not all finite: sweeps again,
+ * plainly, checking each contribution; AD_ENONFINITE at the first that
+ * overflows from finite numbers, else AD_OK. */
+AD_HIDDEN ad_status ad_check_reverse(ad_tape *t, size_t m, const double *w, uint32_t top);
+/* The same for a forward sweep seeded with v (ad_forward). */
+AD_HIDDEN ad_status ad_check_forward(ad_tape *t, const double *v, uint32_t top);
+/* One byte per record first..top, set for the slots of n-ary runs (whose
+ * IDs nothing references); NULL if out of memory.  ad_free it. */
+AD_HIDDEN unsigned char *ad_slot_marks(const ad_tape *t, uint32_t top);
+/* An operation's name (op: record.h's AD__OP_*; an n-ary header's kind). */
+AD_HIDDEN const char *ad_op_name(const ad_tape *t, uint32_t id);
+/* The record's ad_info, in a checked recording (NULL otherwise). */
+AD_HIDDEN const ad_info *ad_tape_info(const ad_tape *t, uint32_t id);
+/* A value by ID: an input's, or a checked recording's record's (NaN if unknown). */
+AD_HIDDEN double ad_tape_value(const ad_tape *t, uint32_t id);
+
+#endif

@@ -5,6 +5,62 @@
 
 #define BLOCK_ALIGN 16
 
+/* The rules' scratch, per tape, reserved as blocks are recorded so that
+ * sweeps never allocate. */
+typedef struct scratch {
+    double *work;
+    size_t work_cap;
+    unsigned char *flags;
+    size_t flags_cap;
+} scratch;
+
+static void scratch_free(void *state)
+{
+    scratch *sc = state;
+    ad_free(sc->work);
+    ad_free(sc->flags);
+}
+
+static const ad_tenant tenant = {sizeof(scratch), scratch_free};
+
+/* Made by ad_block_new before any block is swept. */
+static scratch *scratch_of(const ad_tape *t)
+{
+    return ad_tape_state_if(t, &tenant);
+}
+
+double *ad_block_work(const ad_tape *t)
+{
+    return scratch_of(t)->work;
+}
+
+unsigned char *ad_block_flags(const ad_tape *t)
+{
+    return scratch_of(t)->flags;
+}
+
+int ad_block_reserve(ad_tape *t, size_t doubles)
+{
+    scratch *sc = ad_tape_state(t, &tenant);
+    if (sc && (doubles <= sc->work_cap ||
+               ad_reserve((void **)&sc->work, &sc->work_cap, doubles, sizeof *sc->work) == AD_OK))
+        return 1;
+    ad_tape_fail(t, AD_ENOMEM);
+    return 0;
+}
+
+/* Work and flags for a block of `count` outputs and arguments. */
+static int reserve_scratch(ad_tape *t, size_t count)
+{
+    if (!ad_block_reserve(t, count))
+        return 0;
+    scratch *sc = scratch_of(t);
+    if (count <= sc->flags_cap || ad_reserve((void **)&sc->flags, &sc->flags_cap, count, 1) == AD_OK)
+        return 1;
+    ad_tape_fail(t, AD_ENOMEM);
+    return 0;
+}
+
 /* The block area grows by copying: it is addressed by offsets. */
 static int reserve_area(ad_tape *t, size_t need)
 {
@@ -20,14 +76,12 @@ size_t ad_block_new(ad_tape *t, size_t size, uint32_t nout, uint32_t nargs, uint
     size_t end = size == SIZE_MAX ? SIZE_MAX : (at + size + BLOCK_ALIGN - 1) / BLOCK_ALIGN * BLOCK_ALIGN;
     if (!work)
         work = 1;
-    /* the capacities tested here first: most blocks fit what is there */
-    if (end == SIZE_MAX || !reserve_area(t, end) ||
-        (work > t->work_cap &&
-         ad_reserve((void **)&t->work, &t->work_cap, work, sizeof *t->work) != AD_OK) ||
-        (work > t->flags_cap && ad_reserve((void **)&t->flags, &t->flags_cap, work, 1) != AD_OK)) {
+    if (end == SIZE_MAX || !reserve_area(t, end)) {
         ad_tape_fail(t, AD_ENOMEM);
         return SIZE_MAX;
     }
+    if (!reserve_scratch(t, work))
+        return SIZE_MAX;
     t->blocks_len = end;
     ad_block *b = ad_block_at(t, at);
     memset(b, 0, sizeof *b);
@@ -91,7 +145,7 @@ static void leave(void)
 
 const double *ad_block_pullback(const ad_tape *t, const ad_block *b, const double *ybar)
 {
-    double *xbar = t->work + b->nout;
+    double *xbar = ad_block_work(t) + b->nout;
     memset(xbar, 0, ((size_t)b->nargs + b->run_len) * sizeof *xbar);
     enter();
     b->kind->vjp(t, b, ybar, xbar);
@@ -108,7 +162,7 @@ void ad_block_reverse(const ad_tape *t, const ad__record *r, uint32_t hid, doubl
         return;
     }
     const uint32_t *ids = ad_block_ids(b);
-    double *ybar = t->work;
+    double *ybar = ad_block_work(t);
     for (size_t l = 0; l < L; l++) {
         for (uint32_t j = 0; j < b->nout; j++)
             ybar[j] = adj[(size_t)(hid + 1 + j) * L + l];
@@ -132,7 +186,7 @@ void ad_block_forward(const ad_tape *t, const ad__record *r, uint32_t hid, doubl
     }
     const uint32_t *ids = ad_block_ids(b);
     size_t nx = (size_t)b->nargs + b->run_len;
-    double *xdot = t->work, *ydot = t->work + nx;
+    double *xdot = ad_block_work(t), *ydot = ad_block_work(t) + nx;
     for (size_t l = 0; l < L; l++) {
         /* A constant argument's tangent is 0 (its slot is the sink). */
         for (uint32_t k = 0; k < b->nargs; k++)

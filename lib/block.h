@@ -90,16 +90,21 @@ AD_HIDDEN void ad_block_second(const ad_tape *t, const ad__record *r, uint32_t h
  * resolve: returns the argument cotangents (t's work array). */
 AD_HIDDEN const double *ad_block_pullback(const ad_tape *t, const ad_block *b, const double *ybar);
 
-/* Work array of t that holds the outputs' cotangents for ad_block_pullback. */
-static inline double *ad_block_ybar(const ad_tape *t)
-{
-    return t->work;
-}
+/* The rules' work array: as many doubles as the largest block has outputs
+ * and arguments, or as ad_block_reserve asked for; anything between uses. */
+AD_HIDDEN double *ad_block_work(const ad_tape *t);
+
+/* Room for `doubles` in the work array, for a rule that needs more (a
+ * recording's, which fails with AD_ENOMEM and returns 0 if there is none). */
+AD_HIDDEN int ad_block_reserve(ad_tape *t, size_t doubles);
 
 /* Flags for the outputs, then for the arguments (sparse.c, with reach). */
-static inline unsigned char *ad_block_flags(const ad_tape *t)
+AD_HIDDEN unsigned char *ad_block_flags(const ad_tape *t);
+
+/* The work array, holding the outputs' cotangents for ad_block_pullback. */
+static inline double *ad_block_ybar(const ad_tape *t)
 {
-    return t->flags;
+    return ad_block_work(t);
 }
 
 #endif

@@ -305,7 +305,9 @@ ad_status ad_check_reverse(ad_tape *t, size_t m, const double *w, uint32_t top)
     for (size_t j = 0; j < m; j++)
         t->adj[t->outputs[j].id] += w ? w[j] : 1.0;
     ad_walk wk = ad_walk_down_from(t, top);
-    for (int kind; !s.found && (kind = ad_walk_down(&wk)) != AD_WALK_END;) {
+    /* To the end even after a find: a recorded matrix's products leave
+     * their parts waiting for the matrix below them (matrix.c). */
+    for (int kind; (kind = ad_walk_down(&wk)) != AD_WALK_END;) {
         if (kind == AD_WALK_RUN) {
             const ad__record *r = wk.r - 1;
             uint32_t id = wk.id - 1;

@@ -123,7 +123,7 @@ static void prod_run(const ad_tape *t, uint32_t id, uint32_t count, const double
                      double *adj, double *adjd, double z, const double *zd, size_t L)
 {
     uint32_t lo = id - count;
-    double *pre = t->work;  /* value and eps-part of the prefix before each argument */
+    double *pre = ad_block_work(t);  /* value and eps-part of the prefix before each argument */
     for (size_t l = 0; l < L; l++) {
         double p = ad_tape_aux(t, id)->aa, pd = 0.0;
         size_t i = 0;

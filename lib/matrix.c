@@ -31,7 +31,7 @@ typedef struct product {
     ad_block base;
     size_t mat;      /* offset of the matrix block */
     size_t prev;     /* the product with the same matrix before this one, or NONE */
-    uint64_t swept;  /* the sweep that last left ybar below */
+    int waiting;     /* ybar below waits for the matrix block (prod_reverse) */
     size_t rows, cols;
     uint32_t entry0; /* the matrix's first entry ID (= base.run) */
     int shape;
@@ -203,10 +203,12 @@ static void mat_reverse(const ad_tape *t, const ad_block *b, uint32_t hid, doubl
         const product *p[PRODUCTS];
         size_t np = 0;
         while (np < PRODUCTS && at != NONE) {
-            p[np] = (const product *)ad_block_at(t, at);
-            at = p[np]->prev;
-            if (p[np]->swept == t->sweeps)  /* else above this sweep's top: not reached */
-                np++;
+            product *q = (product *)ad_block_at(t, at);
+            at = q->prev;
+            if (q->waiting) {  /* else above this sweep's top: not reached */
+                q->waiting = 0;
+                p[np++] = q;
+            }
         }
         add_outer(B, abar, p, np);
     }
@@ -250,21 +252,24 @@ static void prod_vjp(const ad_tape *t, const ad_block *b, const double *ybar, do
  * products' parts when the sweep reaches it, with its cotangents in cache
  * (matrix_reverse).  Added in place per product, a matrix used by many
  * products between others would stream its cotangents from memory each
- * time.  x's part cannot wait: x may be computed after the matrix. */
+ * time.  x's part cannot wait: x may be computed after the matrix.  Every
+ * one-lane sweep that reaches a product goes on down to its matrix (the
+ * walker ends at the first record), so what waits is always taken by the
+ * same sweep. */
 static void prod_reverse(const ad_tape *t, const ad_block *b, uint32_t hid, double *adj, size_t L,
                          size_t lane)
 {
     const product *p = (const product *)b;
     const double *A = prod_a(t, p), *x = prod_x(p);
     size_t n = p->cols, lo, hi;
-    double *xbar = t->work;
+    double *xbar = ad_block_work(t);
     int later = L == 1;
     if (later) {
         product *kept = (product *)(void *)b;  /* the block area is not const */
         double *ybar = prod_ybar(p);
         for (size_t j = 0; j < p->rows; j++)
             ybar[j] = row_ybar(p, adj + hid + 1, 1, j);
-        kept->swept = t->sweeps;
+        kept->waiting = 1;
         if (!p->x_active)
             return;  /* nothing else to do now */
     }
@@ -333,7 +338,7 @@ static void prod_forward(const ad_tape *t, const ad_block *b, uint32_t hid, doub
 {
     const product *p = (const product *)b;
     const double *A = prod_a(t, p);
-    double *xdot = t->work, sdot = 0.0;
+    double *xdot = ad_block_work(t), sdot = 0.0;
     if (p->x_active)
         gather_xdot(p, tan, L, lane, xdot);
     for (size_t j = 0; j < p->rows; j++) {
@@ -359,9 +364,9 @@ static void prod_second(const ad_tape *t, const ad_block *b, uint32_t hid, const
     const uint32_t *ids = p->x_active ? ad_block_ids(b) : NULL;
     size_t n = p->cols, lo, hi;
     /* the work array holds 3 n (product_work) */
-    double *xbar = t->work, *xbard = t->work + n, *xdot = t->work + 2 * n;
+    double *xbar = ad_block_work(t), *xbard = ad_block_work(t) + n, *xdot = ad_block_work(t) + 2 * n;
     if (ids) {
-        memset(t->work, 0, 2 * n * sizeof *xbar);
+        memset(ad_block_work(t), 0, 2 * n * sizeof *xbar);
         gather_xdot(p, tan, L, lane, xdot);
     }
     size_t out = (size_t)hid + 1;
@@ -603,11 +608,8 @@ static void record_product(ad_tape *t, const ad_mat *M, const matrix *B, const a
     size_t values = n + m + (norm ? m : 0);
     size_t size = sizeof(product) + values * sizeof(double) + (x_active ? n * sizeof(uint32_t) : 0);
     size_t at = ad_block_new(t, size, (uint32_t)nout, x_active ? (uint32_t)n : 0, (uint32_t)mn);
-    if (at != SIZE_MAX && 3 * n > t->work_cap &&
-        ad_reserve((void **)&t->work, &t->work_cap, 3 * n, sizeof *t->work) != AD_OK) {
-        ad_tape_fail(t, AD_ENOMEM);
+    if (at != SIZE_MAX && !ad_block_reserve(t, 3 * n))
         at = SIZE_MAX;
-    }
     if (at == SIZE_MAX) {
         ad_fill_nan_reals(y, nout);
         return;
@@ -619,7 +621,7 @@ static void record_product(ad_tape *t, const ad_mat *M, const matrix *B, const a
     p->base.run = M->id;
     p->mat = M->at;
     p->prev = B->last;
-    p->swept = 0;
+    p->waiting = 0;
     ((matrix *)ad_block_at(t, M->at))->last = at;
     p->rows = m;
     p->cols = n;
@@ -635,7 +637,7 @@ static void record_product(ad_tape *t, const ad_mat *M, const matrix *B, const a
             ids[l] = xr[l].id;
     }
     /* A product's values wait in the work array until the outputs have IDs. */
-    double *v = norm ? (double *)prod_y(p) : t->work;
+    double *v = norm ? (double *)prod_y(p) : ad_block_work(t);
     columns_product(m, n, M->shape, mat_columns(B), x, v);
     double sq = 0.0;
     for (size_t j = 0; norm && j < m; j++)

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "block.h"
 #include "second.h"
 #include "tape.h"
 
@@ -65,11 +66,8 @@ static uint32_t record(ad_tape *t, size_t n, const ad_real *x, const double *w, 
     if (!id || !ad_tape_side(t, &ad_second_mode))
         return id;
     /* hessian.c's prod_run keeps two numbers per argument in the work array. */
-    if (ad_reserve((void **)&t->work, &t->work_cap, 4 * (size_t)ad_tape_record(t, id)->a,
-                   sizeof *t->work) != AD_OK) {
-        ad_tape_fail(t, AD_ENOMEM);
+    if (!ad_block_reserve(t, 4 * (size_t)ad_tape_record(t, id)->a))
         return 0;
-    }
     /* The first slot holds an active element, so none was written over:
      * the slots are the active elements in pairs, in order. */
     ad_tape_aux(t, id)->aa = consts;

@@ -100,8 +100,6 @@ void ad_tape_free(ad_tape *t)
     ad_free(t->bits);
     ad_free(t->summary);
     ad_free(t->blocks);
-    ad_free(t->work);
-    ad_free(t->flags);
     for (int i = 0; i < AD_MODES; i++)
         free_chunks((void **)t->side[i].chunks, t->side[i].n);
     memset(t, 0, sizeof *t);

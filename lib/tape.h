@@ -76,10 +76,6 @@ typedef struct ad_tape {
     size_t bits_cap, summary_cap;
     unsigned char *blocks;   /* block.c: the block records' data, at offsets */
     size_t blocks_len, blocks_cap;
-    double *work;            /* block.c: a block's cotangents or tangents in a sweep */
-    size_t work_cap;
-    unsigned char *flags;    /* block.c: which of a block's outputs and arguments a row reaches */
-    size_t flags_cap;
     size_t no_jvp;           /* blocks without a forward rule in this recording */
     size_t foreign;          /* blocks whose rules are the user's (ad_external) */
     size_t no_second;        /* blocks without a second-order rule */

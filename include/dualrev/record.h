@@ -144,13 +144,12 @@ AD_API uint32_t ad__push_slow(ad__cursor *c, uint32_t a, double wa, uint32_t b, 
 /* Asks for the tape ahead of where the next record goes.  A long
  * recording writes lines that no cache holds, and a store to such a line
  * waits for it to be read in; asked for early, the read overlaps the
- * records before it (on ADBench GMM d10, a fifth of the scalar gradient's
- * time).  4 KiB is about 170 records, some 500 ns of recording: 1 KiB
- * ahead was too close to memory's latency to hide it (docs/tape.md).  A
+ * records before it.  The distance is a page: a closer prefetch is issued
+ * too late to hide memory's latency (docs/tape.md, "Forward pass").  A
  * prefetch never faults, so one past the room's end is harmless.
  * The slots of an n-ary run (below) do without: their loop is stores alone,
- * which the hardware's prefetchers keep up with (a prefetch per slot gave
- * nothing on an ad_dot of 2e6 slots, and cost an instruction or more). */
+ * which the hardware's prefetchers keep up with, and a prefetch per slot
+ * would only add an instruction or more. */
 #define AD__AHEAD_BYTES 4096
 
 static inline void ad__ahead(const ad__record *r)

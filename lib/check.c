@@ -140,12 +140,12 @@ static int run_partials_finite(const ad_tape *t, uint32_t id, uint32_t count)
     return 1;
 }
 
-/* The mode's hook. */
-static int take(ad_tape *t, void *side, uint32_t id, uint32_t a, double wa, uint32_t b, double wb,
-                int op, double x, double y, double v)
+/* Whether the record about to get ID id is to be kept: its ad_info kept in
+ * info; 0 after ending the recording. */
+static int check(ad_tape *t, ad_info *info, uint32_t id, uint32_t a, double wa, uint32_t b,
+                 double wb, int op, double x, double y, double v)
 {
     const char *label = ad_thread_self()->label;
-    ad_info *info = side;
     info->v = v;
     info->label = label;
     info->op = op;
@@ -177,7 +177,17 @@ static int take(ad_tape *t, void *side, uint32_t id, uint32_t a, double wa, uint
     return 0;
 }
 
-const ad_mode ad_check_mode = {sizeof(ad_info), take};
+/* The mode's hook. */
+static uint32_t take(ad_tape *t, int i, uint32_t a, double wa, uint32_t b, double wb, int op,
+                     double x, double y, double v)
+{
+    if (!check(t, ad_tape_side_here(t, i), (uint32_t)t->cursor.next, a, wa, b, wb, op, x, y, v))
+        return 0;
+    return ad_tape_pass(t, i, a, wa, b, wb, op, x, y, v);
+}
+
+_Static_assert(sizeof(ad_info) <= sizeof(ad__record), "a side entry is at most a record");
+const ad_mode ad_check_mode = {take};
 
 int ad_check_block(ad_tape *t, const char *name, size_t n, const double *x, size_t m,
                    const double *y, uint32_t first)

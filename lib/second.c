@@ -136,12 +136,13 @@ static ad_aux second_partials(int op, double x, double y, double v, double wa,
     return binary(op, x, y, v, wa, wb);
 }
 
-/* The hook: the record's second partials into its side entry. */
-static int take(ad_tape *t, void *side, uint32_t id, uint32_t a, double wa, uint32_t b, double wb,
-                int op, double x, double y, double v)
+/* The hook: the record's second partials into its side entry.  Not a
+ * running pointer: n-ary slots advance the cursor without the hooks. */
+static uint32_t take(ad_tape *t, int i, uint32_t a, double wa, uint32_t b, double wb, int op,
+                     double x, double y, double v)
 {
-    (void)t;
-    (void)id;
+    ad_aux *side = ad_tape_side_here(t, i);
+    ad__ahead((const ad__record *)(void *)side);
     /* The commonest two ahead of the switch, whose jump target would
      * change from record to record. */
     ad_aux h = {0.0, 0.0, 0.0};
@@ -154,8 +155,9 @@ static int take(ad_tape *t, void *side, uint32_t id, uint32_t a, double wa, uint
         h.aa = h.ab = 0.0;
     if (!b)
         h.ab = h.bb = 0.0;
-    *(ad_aux *)side = h;
-    return 1;
+    *side = h;
+    return ad_tape_pass(t, i, a, wa, b, wb, op, x, y, v);
 }
 
-const ad_mode ad_second_mode = {sizeof(ad_aux), take};
+_Static_assert(sizeof(ad_aux) <= sizeof(ad__record), "a side entry is at most a record");
+const ad_mode ad_second_mode = {take};

@@ -186,7 +186,8 @@ ad_status ad_grow(void **buf, size_t *cap, size_t need, size_t elem, size_t keep
 static ad_status open_side(ad_side *sd, size_t k)
 {
     while (k >= sd->n) {
-        ad_status s = add_chunks((void ***)&sd->chunks, &sd->n, &sd->cap, AD_CHUNK * sd->mode->side);
+        ad_status s = add_chunks((void ***)&sd->chunks, &sd->n, &sd->cap,
+                                 AD_CHUNK * sizeof(ad__record));
         if (s != AD_OK)
             return s;
     }
@@ -212,9 +213,11 @@ static ad_status open_chunk(ad_tape *t)
     t->cursor.end = t->non ? NULL : t->room_end;
     t->slow_end = NULL;
     for (int i = 0; i < t->non; i++) {
-        ad_status s = open_side(&t->side[t->on[i]], t->open - 1);
+        ad_side *sd = &t->side[t->on[i].side];
+        ad_status s = open_side(sd, t->open - 1);
         if (s != AD_OK)
             return s;
+        t->on[i].shift = (uintptr_t)sd->chunks[t->open - 1] - (uintptr_t)c;
     }
     if (t->non)
         t->slow_end = t->room_end;
@@ -225,7 +228,7 @@ static ad_status open_chunk(ad_tape *t)
 static int in_use(const ad_tape *t, int i)
 {
     for (int j = 0; j < t->non; j++)
-        if (t->on[j] == i)
+        if (t->on[j].side == i)
             return 1;
     return 0;
 }
@@ -283,7 +286,8 @@ static ad_status modes_on(ad_tape *t, const ad_mode *const *modes, int nmodes)
         int k = side_for(t, modes[i]);
         if (k < 0)
             return AD_ENOMEM;
-        t->on[t->non++] = k;
+        t->on[t->non].take = modes[i]->take;
+        t->on[t->non++].side = k;
     }
     return AD_OK;
 }
@@ -376,24 +380,8 @@ uint32_t ad__push_slow(ad__cursor *c, uint32_t a, double wa, uint32_t b, double 
     ad_tape *t = (ad_tape *)c;
     if (c == &idle_cursor || (uintptr_t)c->cur >= (uintptr_t)t->slow_end)
         return push_rare(c, a, wa, b, wb, op, x, y, v);
-    ad__record *r = t->cursor.cur;
-    uint32_t id = (uint32_t)t->cursor.next;
-    /* Chunks fill completely before the next opens: the record's place in
-     * its chunk is its index's low bits. */
-    size_t k = (size_t)(id - t->first) & (AD_CHUNK - 1);
-    for (int i = 0; i < t->non; i++) {
-        const ad_side *sd = &t->side[t->on[i]];
-        void *entry = sd->chunks[t->open - 1] + k * sd->mode->side;
-        if (!sd->mode->take(t, entry, id, a, wa, b, wb, op, x, y, v))
-            return 0;
-    }
-    ad__ahead(r);
-    r->a = a;
-    r->b = b;
-    r->wa = wa;
-    r->wb = wb;
-    t->cursor.cur = r + 1;
-    return (uint32_t)t->cursor.next++;
+    ad__ahead(t->cursor.cur);
+    return t->on[0].take(t, 0, a, wa, b, wb, op, x, y, v);
 }
 
 size_t ad_set_tape_limit(size_t max_records)

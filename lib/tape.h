@@ -18,15 +18,18 @@ typedef struct ad_tape ad_tape;
 
 /* A recording mode (second order, checks) sends every record through the
  * slow path, where its hook sees the record before it is written: the
- * record's ID, arguments and partials, its operation (record.h's
- * AD__OP_*), the arguments' values x and y (y: a one-argument operation's
- * constant) and the result's, v.  What the mode keeps of a record goes
- * into its side table, `side` bytes per record, beside the record's chunk.
- * The hook returns 0 after ending the recording (ad_tape_fail). */
+ * record's arguments and partials, its operation (record.h's AD__OP_*),
+ * the arguments' values x and y (y: a one-argument operation's constant)
+ * and the result's, v.  What the mode keeps of a record goes into its side
+ * table, an entry as large as a record beside each record (ad_tape_side_here).
+ * The hook of the recording's mode i ends with ad_tape_pass(t, i, ...),
+ * which hands the record on to the next mode, or writes it, and returns
+ * its ID; or it ends the recording (ad_tape_fail) and returns 0. */
+typedef uint32_t (*ad_take)(ad_tape *t, int i, uint32_t a, double wa, uint32_t b, double wb,
+                            int op, double x, double y, double v);
+
 typedef struct ad_mode {
-    size_t side;
-    int (*take)(ad_tape *t, void *side, uint32_t id, uint32_t a, double wa, uint32_t b, double wb,
-                int op, double x, double y, double v);
+    ad_take take;
 } ad_mode;
 
 #define AD_MODES 2
@@ -38,6 +41,14 @@ typedef struct ad_side {
     unsigned char **chunks;
     size_t n, cap;
 } ad_side;
+
+/* A mode on for the recording: its hook, and how far its side table's
+ * entries lie from the records in the current chunk. */
+typedef struct ad_on {
+    ad_take take;
+    uintptr_t shift;
+    int side;  /* its table: side[side] */
+} ad_on;
 
 /* A module that keeps state per tape (a driver's scratch, kept between
  * calls so that a repeated call allocates nothing) names itself with one
@@ -86,7 +97,7 @@ typedef struct ad_tape {
     const uint64_t *reach;   /* during a sweep of what its seeds reach (ad_retry), t->bits */
     unsigned checks;         /* the thread's ad_set_checks flags when the recording began */
     ad_side side[AD_MODES];  /* side tables, of the modes of this recording or of earlier ones */
-    int on[AD_MODES];        /* this recording's modes: side[on[0]], ..., in order */
+    ad_on on[AD_MODES];      /* this recording's modes, in order */
     int non;
     struct {
         const ad_tenant *who;
@@ -196,12 +207,35 @@ static inline int ad_any_active(size_t n, const ad_real *x)
     return 0;
 }
 
+/* In the hook of the recording's mode i: the side entry of the record
+ * about to be written. */
+static inline void *ad_tape_side_here(const ad_tape *t, int i)
+{
+    return (void *)((uintptr_t)t->cursor.cur + t->on[i].shift);
+}
+
+/* The end of the hook of the recording's mode i: the next mode's hook, or
+ * the record written, with the ID it gets. */
+static inline uint32_t ad_tape_pass(ad_tape *t, int i, uint32_t a, double wa, uint32_t b,
+                                    double wb, int op, double x, double y, double v)
+{
+    if (++i < t->non)
+        return t->on[i].take(t, i, a, wa, b, wb, op, x, y, v);
+    ad__record *r = t->cursor.cur;
+    r->a = a;
+    r->b = b;
+    r->wa = wa;
+    r->wb = wb;
+    t->cursor.cur = r + 1;
+    return (uint32_t)t->cursor.next++;
+}
+
 /* The side table of mode m in this recording, or NULL if m is not on. */
 static inline const ad_side *ad_tape_side(const ad_tape *t, const ad_mode *m)
 {
     for (int i = 0; i < t->non; i++)
-        if (t->side[t->on[i]].mode == m)
-            return &t->side[t->on[i]];
+        if (t->side[t->on[i].side].mode == m)
+            return &t->side[t->on[i].side];
     return NULL;
 }
 
@@ -209,7 +243,7 @@ static inline const ad_side *ad_tape_side(const ad_tape *t, const ad_mode *m)
 static inline void *ad_side_entry(const ad_tape *t, const ad_side *sd, uint32_t id)
 {
     size_t k = id - t->first;
-    return sd->chunks[k >> AD_CHUNK_BITS] + (k & (AD_CHUNK - 1)) * sd->mode->side;
+    return sd->chunks[k >> AD_CHUNK_BITS] + (k & (AD_CHUNK - 1)) * sizeof(ad__record);
 }
 
 /* The record at `id` (first <= id <= top). */

@@ -13,6 +13,7 @@
 
 #include "block.h"
 #include "pair.h"
+#include "seeded.h"
 
 #define NONE SIZE_MAX
 

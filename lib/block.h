@@ -11,6 +11,9 @@
 #define DUALREV_BLOCK_H
 
 #include "tape.h"
+/* For sparse.c, which uses seeded.h without including it yet; to go when
+ * it does. */
+#include "seeded.h"
 
 typedef struct ad_block ad_block;
 
@@ -18,7 +21,7 @@ typedef struct ad_block_kind {
     const char *name;
     /* Its rules are the user's (ad_external): sweeps over a tape that
      * holds one pass them cotangents and tangents as they are, not scaled
-     * (tape.h, "Scaled seeds"), as a rule need not be exactly linear in
+     * (seeded.h, "Scaled seeds"), as a rule need not be exactly linear in
      * them (an iterative solver's absolute tolerance, say). */
     int foreign;
     /* xbar = J^T ybar over the arguments in order (listed, then the run);

@@ -17,6 +17,7 @@
 
 #include "block.h"
 #include "second.h"
+#include "seeded.h"
 #include "walk.h"
 
 /* The tangents, then the cotangents' tangents, of every ID: kept per tape
@@ -191,7 +192,7 @@ static uint32_t nary(const ad_tape *t, const ad__record *r, uint32_t id, const d
     return count;
 }
 
-/* An exact sweep's marks (tape.h, ad_retry): the arguments of a record
+/* An exact sweep's marks (seeded.h, ad_retry): the arguments of a record
  * it applies are reached. */
 AD_INLINE void reach2(ad_tape *t, const ad__record *r)
 {
@@ -273,7 +274,7 @@ static double *seeds(ad_tape *t, size_t n, size_t L)
 }
 
 /* From the seeded inputs: the tangents, then the second-order sweep,
- * seeded with r's scale, exact or not (tape.h, "Scaled seeds" and
+ * seeded with r's scale, exact or not (seeded.h, "Scaled seeds" and
  * ad_retry).  Leaves the gradient in t->adj; returns the cotangents'
  * tangents, whose lane l at the inputs is H v_l; both times the scale. */
 static const double *along(ad_tape *t, uint32_t top, size_t L, const ad_retry *r)
@@ -310,6 +311,43 @@ static ad_status prepare(ad_tape *t, ad_objective f, void *ctx, size_t n, const 
     return s;
 }
 
+/* The seeds and results of ad_hvp (v, hv) or of a block of ad_hessian
+ * (directions e_j0 .. e_j0+B-1, L lanes; hess). */
+typedef struct second_seeds {
+    size_t n, j0, B, L;
+    const double *v;
+    double *grad, *hv, *hess;
+    uint32_t top;
+} second_seeds;
+
+/* One pass of ad_hvp (seeded.h, ad_pass). */
+static double hvp_pass(ad_tape *t, const ad_retry *r, void *ctx)
+{
+    const second_seeds *c = ctx;
+    size_t n = c->n;
+    double *tan = seeds(t, n, 1);
+    if (n)
+        memcpy(tan + 1, c->v, n * sizeof *c->v);
+    const double *adjd = along(t, c->top, 1, r);
+    double sum = ad_results(r, c->grad, 1, t->adj + 1, 1, n);
+    return sum + ad_results(r, c->hv, 1, adjd + 1, 1, n);
+}
+
+/* One pass of a block of columns of H (seeded.h, ad_pass). */
+static double hessian_pass(ad_tape *t, const ad_retry *r, void *ctx)
+{
+    const second_seeds *c = ctx;
+    size_t n = c->n, j0 = c->j0, B = c->B, L = c->L;
+    double *tan = seeds(t, n, L);
+    for (size_t b = 0; b < B; b++)
+        tan[(j0 + b + 1) * L + b] = 1.0;
+    const double *adjd = along(t, c->top, L, r);
+    double sum = ad_results(r, c->grad, 1, t->adj + 1, 1, n);
+    for (size_t b = 0; b < B; b++)
+        sum += ad_results(r, c->hess + j0 + b, n, adjd + L + b, L, n);
+    return sum;
+}
+
 ad_status ad_hvp(ad_objective f, void *ctx, size_t n, const double *x, const double *v,
                  double *fx, double *grad, double *hv)
 {
@@ -321,17 +359,8 @@ ad_status ad_hvp(ad_objective f, void *ctx, size_t n, const double *x, const dou
     s = prepare(t, f, ctx, n, x, 1, &top);
     if (s != AD_OK)
         goto fail;
-    ad_retry r = ad_retry_begin(t, 1);
-    double sum;
-    do {
-        double *tan = seeds(t, n, 1);
-        if (n)
-            memcpy(tan + 1, v, n * sizeof *v);
-        const double *adjd = along(t, top, 1, &r);
-        sum = ad_results(&r, grad, 1, t->adj + 1, 1, n);
-        sum += ad_results(&r, hv, 1, adjd + 1, 1, n);
-    } while (ad_retry_next(&r, t, top, sum));
-    s = r.status;
+    second_seeds c = {.n = n, .v = v, .grad = grad, .hv = hv, .top = top};
+    s = ad_seeded(t, top, 1, hvp_pass, &c, NULL);
     if (s != AD_OK)
         goto fail;
     ad_read_outputs(t, 1, fx);
@@ -359,18 +388,8 @@ ad_status ad_hessian(ad_objective f, void *ctx, size_t n, const double *x, doubl
         goto fail;
     for (size_t j0 = 0; j0 < n; j0 += L) {
         size_t B = n - j0 < L ? n - j0 : L;
-        ad_retry r = ad_retry_begin(t, 1);
-        double sum;
-        do {
-            double *tan = seeds(t, n, L);
-            for (size_t b = 0; b < B; b++)
-                tan[(j0 + b + 1) * L + b] = 1.0;
-            const double *adjd = along(t, top, L, &r);
-            sum = ad_results(&r, grad, 1, t->adj + 1, 1, n);
-            for (size_t b = 0; b < B; b++)
-                sum += ad_results(&r, hess + j0 + b, n, adjd + L + b, L, n);
-        } while (ad_retry_next(&r, t, top, sum));
-        s = r.status;
+        second_seeds c = {.n = n, .j0 = j0, .B = B, .L = L, .grad = grad, .hess = hess, .top = top};
+        s = ad_seeded(t, top, 1, hessian_pass, &c, NULL);
         if (s != AD_OK)
             goto fail;
     }

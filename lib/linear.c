@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "pair.h"
-#include "tape.h"
+#include "seeded.h"
 
 struct ad_linear {
     ad_tape tape;  /* its own, not the thread's: it outlives the call */
@@ -61,37 +61,49 @@ static size_t lanes_for(size_t count)
     return count == 1 ? 1 : count == 2 ? 2 : AD_LANES;
 }
 
-/* Columns of J, AD_LANES at a time: one forward sweep per block, seeded
- * scaled; an exact pass takes the block's columns one by one (tape.h,
- * "Scaled seeds" and ad_retry). */
+/* A block of B rows or columns of J, from j0 (of m or n), L lanes, and
+ * the top of its sweeps. */
+typedef struct jac_block {
+    double *jac;
+    size_t n, m, j0, B, L;
+    uint32_t top;
+} jac_block;
+
+/* One pass of a block of columns (seeded.h, ad_pass): one forward sweep,
+ * seeded scaled; an exact pass takes the block's columns one by one. */
+static double columns_pass(ad_tape *t, const ad_retry *r, void *ctx)
+{
+    const jac_block *c = ctx;
+    double *tan = t->adj, sum = 0.0;
+    size_t n = c->n, i0 = c->j0, B = c->B, L = c->L;
+    if (r->exact) {
+        for (size_t b = 0; b < B; b++) {
+            memset(tan, 0, (n + 1) * sizeof *tan);
+            tan[i0 + b + 1] = r->scale;
+            ad_reach_mark(t, (uint32_t)(i0 + b + 1));
+            ad_tangent_reached(t, tan, c->top);
+            sum += ad_results_of(r, c->jac + i0 + b, n, tan, 1, t->outputs, c->m);
+        }
+        return sum;
+    }
+    memset(tan, 0, (n + 1) * L * sizeof *tan);
+    for (size_t b = 0; b < B; b++)
+        tan[(i0 + b + 1) * L + b] = r->scale;
+    ad_tangent(t, tan, c->top, L);
+    for (size_t b = 0; b < B; b++)
+        sum += ad_results_of(r, c->jac + i0 + b, n, tan + b, L, t->outputs, c->m);
+    return sum;
+}
+
+/* Columns of J, AD_LANES at a time (seeded.h, "Scaled seeds"). */
 static ad_status jacobian_by_columns(ad_tape *t, size_t n, size_t m, uint32_t hi, double *jac)
 {
-    double *tan = t->adj;
     for (size_t i0 = 0; i0 < n; i0 += AD_LANES) {
-        size_t B = n - i0 < AD_LANES ? n - i0 : AD_LANES, L = lanes_for(B);
-        ad_retry r = ad_retry_begin(t, 1);
-        double sum;
-        do {
-            sum = 0.0;
-            if (r.exact) {
-                for (size_t b = 0; b < B; b++) {
-                    memset(tan, 0, (n + 1) * sizeof *tan);
-                    tan[i0 + b + 1] = r.scale;
-                    ad_reach_mark(t, (uint32_t)(i0 + b + 1));
-                    ad_tangent_reached(t, tan, hi);
-                    sum += ad_results_of(&r, jac + i0 + b, n, tan, 1, t->outputs, m);
-                }
-                continue;
-            }
-            memset(tan, 0, (n + 1) * L * sizeof *tan);
-            for (size_t b = 0; b < B; b++)
-                tan[(i0 + b + 1) * L + b] = r.scale;
-            ad_tangent(t, tan, hi, L);
-            for (size_t b = 0; b < B; b++)
-                sum += ad_results_of(&r, jac + i0 + b, n, tan + b, L, t->outputs, m);
-        } while (ad_retry_next(&r, t, hi, sum));
-        if (r.status != AD_OK)
-            return r.status;
+        size_t B = n - i0 < AD_LANES ? n - i0 : AD_LANES;
+        jac_block c = {jac, n, m, i0, B, lanes_for(B), hi};
+        ad_status s = ad_seeded(t, hi, 1, columns_pass, &c, NULL);
+        if (s != AD_OK)
+            return s;
     }
     return AD_OK;
 }
@@ -133,39 +145,46 @@ static double rows_out_any(const double *adj, size_t n, size_t j0, size_t B, dou
                     : rows_out(adj, n, j0, B, jac, r, AD_LANES);
 }
 
-/* Rows of J, AD_LANES at a time: one reverse sweep per block, from the
- * block's highest output down (hi, every output's, for a single block),
- * seeded scaled; an exact pass takes the block's rows one by one (tape.h,
- * "Scaled seeds" and ad_retry). */
+/* One pass of a block of rows (seeded.h, ad_pass): one reverse sweep,
+ * from the block's highest output down, seeded scaled; an exact pass
+ * takes the block's rows one by one. */
+static double rows_pass(ad_tape *t, const ad_retry *r, void *ctx)
+{
+    const jac_block *c = ctx;
+    double *adj = t->adj;
+    size_t n = c->n, j0 = c->j0, B = c->B, L = c->L;
+    uint32_t top = c->top;
+    if (r->exact) {
+        double sum = 0.0;
+        for (size_t b = 0; b < B; b++) {
+            uint32_t out = t->outputs[j0 + b].id;
+            memset(adj, 0, ((size_t)top + 1) * sizeof *adj);
+            adj[out] = r->scale;
+            ad_reach_mark(t, out);
+            ad_resolve_reached(t, adj, top);
+            sum += ad_results(r, c->jac + (j0 + b) * n, 1, adj + 1, 1, n);
+        }
+        return sum;
+    }
+    memset(adj, 0, ((size_t)top + 1) * L * sizeof *adj);
+    for (size_t b = 0; b < B; b++)
+        adj[(size_t)t->outputs[j0 + b].id * L + b] += r->scale;
+    ad_resolve(t, adj, top, L);
+    return rows_out_any(adj, n, j0, B, c->jac, r, L);
+}
+
+/* Rows of J, AD_LANES at a time, each block swept from its highest output
+ * down (hi, every output's, for a single block) (seeded.h, "Scaled
+ * seeds"). */
 static ad_status jacobian_by_rows(ad_tape *t, size_t n, size_t m, uint32_t hi, double *jac)
 {
-    double *adj = t->adj;
     for (size_t j0 = 0; j0 < m; j0 += AD_LANES) {
-        size_t B = m - j0 < AD_LANES ? m - j0 : AD_LANES, L = lanes_for(B);
+        size_t B = m - j0 < AD_LANES ? m - j0 : AD_LANES;
         uint32_t top = B == m ? hi : ad_outputs_top_of(t, j0, B);
-        ad_retry r = ad_retry_begin(t, 1);
-        double sum;
-        do {
-            if (r.exact) {
-                sum = 0.0;
-                for (size_t b = 0; b < B; b++) {
-                    uint32_t out = t->outputs[j0 + b].id;
-                    memset(adj, 0, ((size_t)top + 1) * sizeof *adj);
-                    adj[out] = r.scale;
-                    ad_reach_mark(t, out);
-                    ad_resolve_reached(t, adj, top);
-                    sum += ad_results(&r, jac + (j0 + b) * n, 1, adj + 1, 1, n);
-                }
-                continue;
-            }
-            memset(adj, 0, ((size_t)top + 1) * L * sizeof *adj);
-            for (size_t b = 0; b < B; b++)
-                adj[(size_t)t->outputs[j0 + b].id * L + b] += r.scale;
-            ad_resolve(t, adj, top, L);
-            sum = rows_out_any(adj, n, j0, B, jac, &r, L);
-        } while (ad_retry_next(&r, t, top, sum));
-        if (r.status != AD_OK)
-            return r.status;
+        jac_block c = {jac, n, m, j0, B, lanes_for(B), top};
+        ad_status s = ad_seeded(t, top, 1, rows_pass, &c, NULL);
+        if (s != AD_OK)
+            return s;
     }
     return AD_OK;
 }
@@ -215,7 +234,7 @@ ad_status ad_linearize(ad_function f, void *ctx, size_t n, const double *x, size
     L->n = n;
     L->m = m;
     s = ad_record(&L->tape, f, ctx, n, x, m, 0);
-    /* The sweeps' work array and marks (tape.h, ad_retry) are reserved
+    /* The sweeps' work array and marks (seeded.h, ad_retry) are reserved
      * now, so applying L allocates nothing. */
     if (s == AD_OK)
         s = ad_tape_reserve_adjoints(&L->tape, ad_outputs_top(&L->tape, m));

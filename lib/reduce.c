@@ -11,6 +11,12 @@
 #include "second.h"
 #include "tape.h"
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <xmmintrin.h>
+#else
+#include <fenv.h>
+#endif
+
 /* Partials of one primitive, before they are recorded; per thread, freed
  * with its tapes. */
 static _Thread_local double *scratch_buf;
@@ -95,7 +101,7 @@ static uint32_t record(ad_tape *t, size_t n, const ad_real *x, const double *w, 
  * raises neither and loses nothing).  The caller's flags are cleared
  * before and raised again after; those the products raised stay, as in
  * the same computation on double.  On x86-64 MXCSR's, read without a call
- * (as tape.h's ad_watch); else <fenv.h>'s; without such flags, always. */
+ * (as seeded.h's ad_watch); else <fenv.h>'s; without such flags, always. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define RANGE_FLAGS 0x18u  /* MXCSR: overflow 0x8, underflow 0x10 */
 

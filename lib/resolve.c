@@ -14,6 +14,7 @@
 #include "block.h"
 #include "check.h"
 #include "pair.h"
+#include "seeded.h"
 #include "walk.h"
 
 /* p[0..L) += z[0..L) * w, by pairs of lanes where it can (pair.h); adj is
@@ -120,39 +121,10 @@ void ad_resolve(ad_tape *t, double *adj, uint32_t top, size_t lanes)
         far ? sweep_reverse(t, adj, top, AD_LANES, 1) : sweep_reverse(t, adj, top, AD_LANES, 0);
 }
 
-/* ---- the exact sweep (tape.h, ad_retry) ----
+/* ---- the exact sweep (seeded.h, ad_retry) ----
  *
  * Rare (only for results that are not all finite), so written plainly,
  * one lane, record by record. */
-
-ad_status ad_reach_reserve(ad_tape *t, uint32_t top)
-{
-    uint64_t *old = t->bits;
-    size_t words = ((size_t)top >> 6) + 1;
-    if (ad_reserve((void **)&t->bits, &t->bits_cap, words, sizeof *t->bits) != AD_OK)
-        return AD_ENOMEM;
-    if (t->bits != old)
-        memset(t->bits, 0, t->bits_cap * sizeof *t->bits);
-    return AD_OK;
-}
-
-int ad_retry_plan(ad_retry *r, ad_tape *t, uint32_t top, int over, int nan)
-{
-    if (over) {
-        r->scale = 1.0;
-    } else if (!r->exact && r->can_exact && nan) {
-        r->status = ad_reach_reserve(t, top);
-        if (r->status != AD_OK)
-            return 0;
-        r->exact = 1;
-        r->scale = ad_seed_scale(t);
-    } else {
-        return 0;
-    }
-    r->pass++;
-    r->watch = ad_watch_begin(r->scale);
-    return 1;
-}
 
 /* adj[id] += z w, and id is reached. */
 static void give(ad_tape *t, double *adj, uint32_t id, double z, double w)
@@ -225,6 +197,36 @@ void ad_resolve_reached(ad_tape *t, double *adj, uint32_t top)
     memset(t->bits, 0, (((size_t)top >> 6) + 1) * sizeof *t->bits);
 }
 
+/* ad_reverse's seeds and results. */
+typedef struct reverse_seeds {
+    size_t m, n;
+    const double *w;
+    double *wj;
+    uint32_t hi;
+} reverse_seeds;
+
+/* One pass of ad_reverse (seeded.h, ad_pass). */
+static double reverse_pass(ad_tape *t, const ad_retry *r, void *ctx)
+{
+    const reverse_seeds *c = ctx;
+    /* Outputs that share an ID add up; a constant output seeds slot 0,
+     * the sink, and reaches nothing.  An exact pass starts from the
+     * outputs of nonzero weight, so that w = e_j gives row j of J. */
+    for (size_t j = 0; j < c->m; j++) {
+        double wj0 = c->w ? c->w[j] : 1.0;
+        t->adj[t->outputs[j].id] += wj0 * r->scale;
+        if (r->exact && wj0 != 0.0)
+            ad_reach_mark(t, t->outputs[j].id);
+    }
+    if (r->exact)
+        ad_resolve_reached(t, t->adj, c->hi);
+    else
+        ad_resolve(t, t->adj, c->hi, 1);  /* records above every output are skipped */
+    double sum = ad_results(r, c->wj, 1, t->adj + 1, 1, c->n);
+    memset(t->adj, 0, (c->n + 1) * sizeof *t->adj);  /* the sink and the inputs */
+    return sum;
+}
+
 ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj)
 {
     uint32_t hi = ad_outputs_top(t, m);
@@ -238,26 +240,10 @@ ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj)
         memset(t->adj + t->adj_zero, 0, (need - t->adj_zero) * sizeof *t->adj);
         t->adj_zero = need;
     }
-    ad_retry r = ad_retry_begin(t, 1);  /* tape.h, "Scaled seeds" and ad_retry */
+    reverse_seeds c = {m, n, w, wj, hi};
     double sum;
-    do {
-        /* Outputs that share an ID add up; a constant output seeds slot 0,
-         * the sink, and reaches nothing.  An exact pass starts from the
-         * outputs of nonzero weight, so that w = e_j gives row j of J. */
-        for (size_t j = 0; j < m; j++) {
-            double wj0 = w ? w[j] : 1.0;
-            t->adj[t->outputs[j].id] += wj0 * r.scale;
-            if (r.exact && wj0 != 0.0)
-                ad_reach_mark(t, t->outputs[j].id);
-        }
-        if (r.exact)
-            ad_resolve_reached(t, t->adj, hi);
-        else
-            ad_resolve(t, t->adj, hi, 1);  /* records above every output are skipped */
-        sum = ad_results(&r, wj, 1, t->adj + 1, 1, n);
-        memset(t->adj, 0, (n + 1) * sizeof *t->adj);  /* the sink and the inputs */
-    } while (ad_retry_next(&r, t, hi, sum));
-    if (r.status == AD_OK && t->checks && sum - sum != 0.0)
+    s = ad_seeded(t, hi, 1, reverse_pass, &c, &sum);  /* seeded.h, "Scaled seeds" */
+    if (s == AD_OK && t->checks && sum - sum != 0.0)
         return ad_check_reverse(t, m, w, hi);  /* AD_CHECK_FINITE: which cotangent overflowed */
-    return r.status;
+    return s;
 }

@@ -9,6 +9,7 @@
 
 #include "block.h"
 #include "check.h"
+#include "seeded.h"
 #include "walk.h"
 
 AD_INLINE void sweep_forward(const ad_tape *t, double *tan, uint32_t top, const size_t L)
@@ -65,7 +66,7 @@ static int block_reached(const ad_tape *t, const ad_block *b)
     return 0;
 }
 
-/* The exact sweep (tape.h, ad_retry): rare, so plain, one lane.  While
+/* The exact sweep (seeded.h, ad_retry): rare, so plain, one lane.  While
  * t->reach is set, a block's forward rule skips the terms of arguments
  * not reached (matrix.c). */
 void ad_tangent_reached(ad_tape *t, double *tan, uint32_t top)
@@ -106,6 +107,32 @@ void ad_tangent_reached(ad_tape *t, double *tan, uint32_t top)
     memset(t->bits, 0, (((size_t)top >> 6) + 1) * sizeof *t->bits);
 }
 
+/* ad_forward's seeds and results. */
+typedef struct forward_seeds {
+    size_t m, n;
+    const double *v;
+    double *jv;
+    uint32_t hi;
+} forward_seeds;
+
+/* One pass of ad_forward (seeded.h, ad_pass). */
+static double forward_pass(ad_tape *t, const ad_retry *r, void *ctx)
+{
+    const forward_seeds *c = ctx;
+    /* An exact pass starts from the inputs of nonzero weight, so that
+     * v = e_i gives column i of J. */
+    for (size_t i = 0; i < c->n; i++) {
+        t->adj[i + 1] = c->v[i] * r->scale;
+        if (r->exact && c->v[i] != 0.0)
+            ad_reach_mark(t, (uint32_t)(i + 1));
+    }
+    if (r->exact)
+        ad_tangent_reached(t, t->adj, c->hi);
+    else
+        ad_tangent(t, t->adj, c->hi, 1);
+    return ad_results_of(r, c->jv, 1, t->adj, 1, t->outputs, c->m);
+}
+
 ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv)
 {
     if (t->no_jvp)
@@ -114,25 +141,11 @@ ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv)
     ad_status s = ad_tape_borrow_adjoints(t, (size_t)hi + 1);  /* for the tangents */
     if (s != AD_OK)
         return s;
-    size_t n = t->first - 1;
     t->adj[0] = 0.0;
-    ad_retry r = ad_retry_begin(t, 1);  /* tape.h, "Scaled seeds" and ad_retry */
+    forward_seeds c = {m, t->first - 1, v, jv, hi};
     double sum;
-    do {
-        /* An exact pass starts from the inputs of nonzero weight, so that
-         * v = e_i gives column i of J. */
-        for (size_t i = 0; i < n; i++) {
-            t->adj[i + 1] = v[i] * r.scale;
-            if (r.exact && v[i] != 0.0)
-                ad_reach_mark(t, (uint32_t)(i + 1));
-        }
-        if (r.exact)
-            ad_tangent_reached(t, t->adj, hi);
-        else
-            ad_tangent(t, t->adj, hi, 1);
-        sum = ad_results_of(&r, jv, 1, t->adj, 1, t->outputs, m);
-    } while (ad_retry_next(&r, t, hi, sum));
-    if (r.status == AD_OK && t->checks && sum - sum != 0.0)
+    s = ad_seeded(t, hi, 1, forward_pass, &c, &sum);  /* seeded.h, "Scaled seeds" */
+    if (s == AD_OK && t->checks && sum - sum != 0.0)
         return ad_check_forward(t, v, hi);  /* AD_CHECK_FINITE: which tangent overflowed */
-    return r.status;
+    return s;
 }

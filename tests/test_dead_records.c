@@ -1,4 +1,4 @@
-/* Every driver gives the same derivative (tape.h, ad_retry;
+/* Every driver gives the same derivative (seeded.h, ad_retry;
  * docs/conventions.md):
  *   - a record that the seeded outputs (inputs) do not reach changes
  *     nothing, even with an infinite partial (0 x Inf would be NaN), in

@@ -596,7 +596,7 @@ static void test_active_zero_keeps_full(void **state)
  * product is finite where the full one is not.  An active entry that is
  * 0 is no structural zero: 0 x Inf = NaN there.  An unused output is not
  * reached, so its cotangent 0 never meets the Inf in a partial inside the
- * shape either (tape.h, ad_retry) -- see below. */
+ * shape either (seeded.h, ad_retry) -- see below. */
 typedef struct inf_case {
     int how;  /* 0: recorded LOWER; 1: ad_matvec_rr; 2: unrolled; 3: recorded, (0, 2) active 0 */
     double y[3];

@@ -342,7 +342,7 @@ static void test_overflow_flag(void **state)
     assert_true(fetestexcept(FE_OVERFLOW));
     assert_near(g[0], DEEP, RTOL, 0.0);
     /* infinite partials: one sweep, whether the flag was set before or
-     * not (the results are Inf, not NaN: no exact sweep, tape.h ad_retry) */
+     * not (the results are Inf, not NaN: no exact sweep, seeded.h ad_retry) */
     double y[2] = {1e20, 1.0};
     for (int set = 0; set < 2; set++) {
         if (set)

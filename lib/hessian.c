@@ -206,7 +206,7 @@ static int block_reached(ad_tape *t, const ad__record *r, uint32_t hid)
 {
     int on = 0;
     for (uint32_t j = 1; j <= r->a; j++)
-        on |= ad_reached(t->bits, hid + j);
+        on |= ad_reached(ad_reach_bits(t), hid + j);
     if (on) {
         const ad_block *b = ad_block_of(t, r);
         const uint32_t *ids = ad_block_ids(b);
@@ -231,7 +231,7 @@ AD_INLINE void sweep_second(ad_tape *t, const double *tan, double *adj, double *
         double z = adj[id], zd[AD_LANES];
         for (size_t l = 0; l < L; l++)
             zd[l] = adjd[(size_t)id * L + l];
-        int on = !exact || ad_reached(t->bits, id);
+        int on = !exact || ad_reached(ad_reach_bits(t), id);
         if (kind == AD_WALK_RUN) {
             const ad__record *r = w.r - 1;
             ad_walk_stop(&w, r, id);
@@ -252,7 +252,7 @@ AD_INLINE void sweep_second(ad_tape *t, const double *tan, double *adj, double *
         }
     }
     if (exact)
-        memset(t->bits, 0, (((size_t)top >> 6) + 1) * sizeof *t->bits);
+        ad_reach_clear(t, top);
 }
 
 static void second_sweep(ad_tape *t, const double *tan, double *adj, double *adjd, uint32_t top,

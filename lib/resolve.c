@@ -144,7 +144,7 @@ static void block_reached(ad_tape *t, const ad__record *r, uint32_t hid, double 
     double *ybar = ad_block_ybar(t);
     int any = 0;
     for (uint32_t j = 0; j < b->nout; j++) {
-        outs[j] = (unsigned char)ad_reached(t->bits, hid + 1 + j);
+        outs[j] = (unsigned char)ad_reached(ad_reach_bits(t), hid + 1 + j);
         ybar[j] = adj[hid + 1 + j];
         any |= outs[j];
     }
@@ -178,13 +178,13 @@ void ad_resolve_reached(ad_tape *t, double *adj, uint32_t top)
             uint32_t id = w.id - 1;
             double z = adj[id];
             ad_walk_stop(&w, w.r - 1, id);
-            if (ad_reached(t->bits, id)) {
+            if (ad_reached(ad_reach_bits(t), id)) {
                 adj[id] = 0.0;
                 give_both(t, adj, w.r, z);
             }
         } else if (kind == AD_WALK_NARY) {
             double z = adj[w.hid];
-            if (!ad_reached(t->bits, w.hid))
+            if (!ad_reached(ad_reach_bits(t), w.hid))
                 continue;
             adj[w.hid] = 0.0;
             for (uint32_t k = 1; k <= w.hdr->a; k++)
@@ -194,7 +194,7 @@ void ad_resolve_reached(ad_tape *t, double *adj, uint32_t top)
             memset(adj + w.hid, 0, ((size_t)w.hdr->a + 1) * sizeof *adj);
         }
     }
-    memset(t->bits, 0, (((size_t)top >> 6) + 1) * sizeof *t->bits);
+    ad_reach_clear(t, top);
 }
 
 /* ad_reverse's seeds and results. */

@@ -4,14 +4,24 @@
 
 #include "seeded.h"
 
+static void marks_free(void *state)
+{
+    ad_free(((ad_marks *)state)->bits);
+}
+
+const ad_tenant ad_marks_tenant = {sizeof(ad_marks), marks_free};
+
 ad_status ad_reach_reserve(ad_tape *t, uint32_t top)
 {
-    uint64_t *old = t->bits;
-    size_t words = ((size_t)top >> 6) + 1;
-    if (ad_reserve((void **)&t->bits, &t->bits_cap, words, sizeof *t->bits) != AD_OK)
+    ad_marks *m = ad_tape_state(t, &ad_marks_tenant);
+    if (!m)
         return AD_ENOMEM;
-    if (t->bits != old)
-        memset(t->bits, 0, t->bits_cap * sizeof *t->bits);
+    uint64_t *old = m->bits;
+    size_t words = ((size_t)top >> 6) + 1;
+    if (ad_reserve((void **)&m->bits, &m->cap, words, sizeof *m->bits) != AD_OK)
+        return AD_ENOMEM;
+    if (m->bits != old)
+        memset(m->bits, 0, m->cap * sizeof *m->bits);
     return AD_OK;
 }
 

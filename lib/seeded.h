@@ -20,6 +20,8 @@
 #ifndef DUALREV_SEEDED_H
 #define DUALREV_SEEDED_H
 
+#include <string.h>
+
 #include "tape.h"
 
 #define AD_SEED_SCALE 0x1p512
@@ -152,7 +154,7 @@ static inline int ad_watch_over(const ad_watch *w)
  * infinite partials of records the seeds do reach, which stay.  So a sweep
  * whose results are not all finite is run again unscaled if it raised the
  * flag; then, if a result is NaN, again applying only what its seeds reach
- * (exact: t->bits marks those IDs), scaled, and unscaled if that
+ * (exact: the marks, ad_marks, say which IDs), scaled, and unscaled if that
  * overflows.  A finite result cannot have taken an overflowed term (an
  * infinity stays Inf or NaN) nor a NaN, and a record not reached adds only
  * zeros to it: each pass keeps the finite results and replaces only the
@@ -172,7 +174,7 @@ typedef struct ad_retry {
 } ad_retry;
 
 /* One pass of a seeded sweep, for ad_seeded: seeds with r->scale times the
- * driver's seeds (r->exact: also marks the seeds' IDs in t->bits, with
+ * driver's seeds (r->exact: also marks the seeds' IDs, with
  * ad_reach_mark, and runs the exact sweep), sweeps, reads the results out
  * with ad_results or ad_results_of (r->pass: the first pass or a later
  * one), and returns the sum of its results, which says whether they are
@@ -200,7 +202,7 @@ static inline ad_retry ad_retry_begin(const ad_tape *t, int can_exact)
 
 /* seeded.c: the next pass for results not all finite, from the last
  * pass, whether it overflowed, and whether a result is NaN (reserving
- * t->bits for IDs 0..top on the way to an exact pass); 0 if there is
+ * the marks for IDs 0..top on the way to an exact pass); 0 if there is
  * none. */
 AD_HIDDEN int ad_retry_plan(ad_retry *r, ad_tape *t, uint32_t top, int over, int nan);
 
@@ -269,11 +271,33 @@ static inline double ad_results_of(const ad_retry *r, double *dst, size_t to, co
     return sum;
 }
 
-/* Marks of what a sweep's seeds reach, a bit per ID in t->bits (zero
- * between calls, as sparse.c keeps them). */
-static inline void ad_reach_mark(ad_tape *t, uint32_t id)
+/* What an exact pass's seeds reach: a bit per ID, zero between passes;
+ * and, while an exact forward sweep runs, the same bits for the blocks'
+ * forward rules (ad_tangent_zero).  Kept per tape (seeded.c), made by
+ * ad_reach_reserve before the first exact pass. */
+typedef struct ad_marks {
+    uint64_t *bits;
+    size_t cap;
+    const uint64_t *reach;  /* bits during an exact forward sweep, else NULL */
+} ad_marks;
+
+AD_HIDDEN extern const ad_tenant ad_marks_tenant;
+
+/* t's marks, or NULL if no exact pass has been prepared on t. */
+static inline ad_marks *ad_marks_of(const ad_tape *t)
 {
-    t->bits[id >> 6] |= (uint64_t)1 << (id & 63);
+    return ad_tape_state_if(t, &ad_marks_tenant);
+}
+
+static inline uint64_t *ad_reach_bits(const ad_tape *t)
+{
+    return ad_marks_of(t)->bits;
+}
+
+static inline void ad_reach_mark(const ad_tape *t, uint32_t id)
+{
+    uint64_t *bits = ad_reach_bits(t);
+    bits[id >> 6] |= (uint64_t)1 << (id & 63);
 }
 
 static inline int ad_reached(const uint64_t *bits, uint32_t id)
@@ -281,15 +305,24 @@ static inline int ad_reached(const uint64_t *bits, uint32_t id)
     return (int)(bits[id >> 6] >> (id & 63) & 1);
 }
 
+/* Clears the marks of IDs 0..top after an exact sweep. */
+static inline void ad_reach_clear(const ad_tape *t, uint32_t top)
+{
+    memset(ad_reach_bits(t), 0, (((size_t)top >> 6) + 1) * sizeof(uint64_t));
+}
+
 /* Whether the tangent of id is zero by structure in a forward sweep: a
  * constant, or, in an exact pass, not reached from the seeds.  Its
  * partials may be anything, and 0 x Inf must not make NaN. */
 static inline int ad_tangent_zero(const ad_tape *t, uint32_t id)
 {
-    return !id || (t->reach && !ad_reached(t->reach, id));
+    if (!id)
+        return 1;
+    const ad_marks *m = ad_marks_of(t);
+    return m && m->reach && !ad_reached(m->reach, id);
 }
 
-/* seeded.c: t->bits with room for IDs 0..top, zero. */
+/* seeded.c: t's marks with room for IDs 0..top, zero. */
 AD_HIDDEN ad_status ad_reach_reserve(ad_tape *t, uint32_t top);
 
 #endif

@@ -71,7 +71,7 @@ static int block_reached(const ad_tape *t, const ad_block *b)
  * not reached (matrix.c). */
 void ad_tangent_reached(ad_tape *t, double *tan, uint32_t top)
 {
-    t->reach = t->bits;
+    ad_marks_of(t)->reach = ad_reach_bits(t);
     ad_walk w = ad_walk_up_from(t, top);
     for (int kind; (kind = ad_walk_up(&w)) != AD_WALK_END;) {
         uint32_t id = kind == AD_WALK_RUN ? w.id : w.hid;
@@ -86,7 +86,7 @@ void ad_tangent_reached(ad_tape *t, double *tan, uint32_t top)
             tan[id] = 0.0;
             for (uint32_t k = 1; k <= w.hdr->a; k++) {
                 tan[id] += tan[id - k];
-                on |= ad_reached(t->bits, id - k);
+                on |= ad_reached(ad_reach_bits(t), id - k);
             }
         } else {
             on = block_reached(t, ad_block_of(t, w.hdr));
@@ -103,8 +103,8 @@ void ad_tangent_reached(ad_tape *t, double *tan, uint32_t top)
         if (on)
             ad_reach_mark(t, id);
     }
-    t->reach = NULL;
-    memset(t->bits, 0, (((size_t)top >> 6) + 1) * sizeof *t->bits);
+    ad_marks_of(t)->reach = NULL;
+    ad_reach_clear(t, top);
 }
 
 /* ad_forward's seeds and results. */

@@ -94,7 +94,6 @@ typedef struct ad_tape {
     uint64_t sweeps;         /* reverse sweeps so far (matrix.c: which products a sweep reached) */
     ad__record *room_end;    /* the end of the room in the current chunk */
     ad__record *slow_end;    /* room_end while the recording's modes can take records, else NULL */
-    const uint64_t *reach;   /* during a sweep of what its seeds reach (seeded.h), t->bits */
     unsigned checks;         /* the thread's ad_set_checks flags when the recording began */
     ad_side side[AD_MODES];  /* side tables, of the modes of this recording or of earlier ones */
     ad_on on[AD_MODES];      /* this recording's modes, in order */

@@ -97,9 +97,7 @@ void ad_tape_free(ad_tape *t)
     ad_free(t->adj);
     ad_free(t->inputs);
     ad_free(t->outputs);
-    ad_free(t->stamp);
     ad_free(t->bits);
-    ad_free(t->summary);
     ad_free(t->blocks);
     ad_free(t->work);
     ad_free(t->flags);

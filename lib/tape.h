@@ -60,12 +60,8 @@ typedef struct ad_tape {
     size_t inputs_named;     /* inputs[0..inputs_named) already carry their IDs */
     ad_real *outputs;        /* what the recorded function returned */
     size_t outputs_cap;
-    uint32_t *stamp;         /* sparse.c: which row group last reached each ID, and its lanes */
-    size_t stamp_cap;
-    uint32_t epoch;          /* sparse.c: the current row group's number */
-    size_t sparse_nnz;       /* sparse.c: entries of the last sparse Jacobian */
-    uint64_t *bits, *summary;  /* sparse.c: pending IDs; all zero between calls */
-    size_t bits_cap, summary_cap;
+    uint64_t *bits;          /* what a sweep's seeds reach (ad_reach_mark); all zero between calls */
+    size_t bits_cap;
     unsigned char *blocks;   /* block.c: the block records' data, at offsets */
     size_t blocks_len, blocks_cap;
     double *work;            /* block.c: a block's cotangents or tangents in a sweep */
@@ -486,7 +482,7 @@ static inline double ad_results_of(const ad_retry *r, double *dst, size_t to, co
 }
 
 /* Marks of what a sweep's seeds reach, a bit per ID in t->bits (zero
- * between calls, as sparse.c keeps them). */
+ * between calls: a sweep that marks clears them after). */
 static inline void ad_reach_mark(ad_tape *t, uint32_t id)
 {
     t->bits[id >> 6] |= (uint64_t)1 << (id & 63);

@@ -11,9 +11,6 @@
 #define DUALREV_BLOCK_H
 
 #include "tape.h"
-/* For sparse.c, which uses seeded.h without including it yet; to go when
- * it does. */
-#include "seeded.h"
 
 typedef struct ad_block ad_block;
 

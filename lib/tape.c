@@ -96,9 +96,6 @@ void ad_tape_free(ad_tape *t)
     ad_free(t->adj);
     ad_free(t->inputs);
     ad_free(t->outputs);
-    ad_free(t->stamp);
-    ad_free(t->bits);
-    ad_free(t->summary);
     ad_free(t->blocks);
     for (int i = 0; i < AD_MODES; i++)
         free_chunks((void **)t->side[i].chunks, t->side[i].n);

@@ -79,12 +79,6 @@ typedef struct ad_tape {
     size_t inputs_named;     /* inputs[0..inputs_named) already carry their IDs */
     ad_real *outputs;        /* what the recorded function returned */
     size_t outputs_cap;
-    uint32_t *stamp;         /* sparse.c: which row group last reached each ID, and its lanes */
-    size_t stamp_cap;
-    uint32_t epoch;          /* sparse.c: the current row group's number */
-    size_t sparse_nnz;       /* sparse.c: entries of the last sparse Jacobian */
-    uint64_t *bits, *summary;  /* sparse.c: pending IDs; all zero between calls */
-    size_t bits_cap, summary_cap;
     unsigned char *blocks;   /* block.c: the block records' data, at offsets */
     size_t blocks_len, blocks_cap;
     size_t no_jvp;           /* blocks without a forward rule in this recording */
@@ -280,7 +274,7 @@ AD_HIDDEN void ad_fill_nan_reals(ad_real *p, size_t count);
 AD_HIDDEN void ad_resolve(ad_tape *t, double *adj, uint32_t top, size_t lanes);
 AD_HIDDEN ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj);
 /* An exact reverse sweep (seeded.h, ad_retry), one lane: applies only the records
- * that the IDs marked in t->bits reach, marking them as it goes; leaves
+ * that the IDs marked (seeded.h, ad_marks) reach, marking them as it goes; leaves
  * the marks zero and the swept cotangents as ad_resolve's one lane does. */
 AD_HIDDEN void ad_resolve_reached(ad_tape *t, double *adj, uint32_t top);
 
@@ -290,7 +284,7 @@ AD_HIDDEN void ad_resolve_reached(ad_tape *t, double *adj, uint32_t top);
 AD_HIDDEN void ad_tangent(const ad_tape *t, double *tan, uint32_t top, size_t lanes);
 AD_HIDDEN ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv);
 /* An exact forward sweep (seeded.h, ad_retry), one lane: only the records that depend on the
- * IDs marked in t->bits take tangents from their arguments, and only from
+ * IDs marked (ad_marks) take tangents from their arguments, and only from
  * those that do; the others' tangents are 0.  Leaves the marks zero. */
 AD_HIDDEN void ad_tangent_reached(ad_tape *t, double *tan, uint32_t top);
 

@@ -1,7 +1,8 @@
-/* dualrev: allocation with fault injection for the tests. */
+/* dualrev: allocation (with fault injection for the tests), and growth. */
 #define _DEFAULT_SOURCE 1 /* madvise */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
@@ -51,4 +52,29 @@ void *ad_alloc(size_t bytes)
 void ad_free(void *p)
 {
     free(p);
+}
+
+/* Allocates afresh and copies only the `keep` elements wanted, not
+ * realloc: a buffer's old contents are often dead, and copying them would
+ * touch twice the memory. */
+ad_status ad_grow(void **buf, size_t *cap, size_t need, size_t elem, size_t keep)
+{
+    if (need <= *cap)
+        return AD_OK;
+    /* Exact the first time (a workload usually repeats its size), doubling
+     * when it grows. */
+    size_t n = *cap ? *cap : need < 64 ? 64 : need;
+    while (n < need)
+        n = n > SIZE_MAX / 2 ? need : n * 2;
+    if (n > SIZE_MAX / elem)
+        return AD_ENOMEM;
+    void *p = ad_alloc(n * elem);
+    if (!p)
+        return AD_ENOMEM;
+    if (keep)
+        memcpy(p, *buf, keep * elem);
+    ad_free(*buf);
+    *buf = p;
+    *cap = n;
+    return AD_OK;
 }

@@ -1,12 +1,25 @@
-/* dualrev internal: the allocator every tape buffer goes through. */
+/* dualrev internal: the allocator every buffer goes through, and the one
+ * rule by which buffers grow (alloc.c). */
 #ifndef DUALREV_ALLOC_H
 #define DUALREV_ALLOC_H
 
 #include <stddef.h>
 
 #include "compiler.h"
+#include "dualrev.h"
 
 AD_HIDDEN void *ad_alloc(size_t bytes);
 AD_HIDDEN void ad_free(void *p);
+
+/* Room for `need` elements of `elem` bytes in *buf (*cap of them now),
+ * keeping the first `keep`: the one growth rule of the library (exact the
+ * first time, as a workload usually repeats its size, then doubling). */
+AD_HIDDEN ad_status ad_grow(void **buf, size_t *cap, size_t need, size_t elem, size_t keep);
+
+/* The same for a buffer whose old contents are never needed. */
+static inline ad_status ad_reserve(void **buf, size_t *cap, size_t need, size_t elem)
+{
+    return ad_grow(buf, cap, need, elem, 0);
+}
 
 #endif

@@ -7,6 +7,7 @@
 
 #include "block.h"
 #include "check.h"
+#include "recording.h"
 
 typedef struct external {
     ad_block base;

@@ -2,7 +2,7 @@
  *
  * H v is the derivative of the gradient in the direction v.  The objective
  * is recorded once in second-order mode, where each record also keeps its
- * second partials (tape.c, second.h).  A forward sweep gives every value's
+ * second partials (second.c, the mode's hook).  A forward sweep gives every value's
  * tangent t = d(value)/d(eps) along x + eps v (tangent.c); then one
  * reverse sweep carries, beside each cotangent z, its tangent z':
  *
@@ -16,8 +16,10 @@
 #include <string.h>
 
 #include "block.h"
+#include "recording.h"
 #include "second.h"
 #include "seeded.h"
+#include "sweep.h"
 #include "walk.h"
 
 /* The tangents, then the cotangents' tangents, of every ID: kept per tape

@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "pair.h"
+#include "recording.h"
 #include "seeded.h"
+#include "sweep.h"
 
 struct ad_linear {
     ad_tape tape;  /* its own, not the thread's: it outlives the call */

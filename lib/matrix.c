@@ -14,6 +14,7 @@
 #include "block.h"
 #include "check.h"
 #include "pair.h"
+#include "recording.h"
 #include "seeded.h"
 
 #define NONE SIZE_MAX

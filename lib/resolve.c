@@ -14,7 +14,9 @@
 #include "block.h"
 #include "check.h"
 #include "pair.h"
+#include "recording.h"
 #include "seeded.h"
+#include "sweep.h"
 #include "walk.h"
 
 /* p[0..L) += z[0..L) * w, by pairs of lanes where it can (pair.h); adj is

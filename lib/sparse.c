@@ -34,6 +34,7 @@
  * holds the CSR's arrays (sparse.h lists the parts). */
 #include <string.h>
 
+#include "recording.h"
 #include "sparse.h"
 #include "testing.h"
 

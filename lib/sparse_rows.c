@@ -46,7 +46,7 @@ typedef struct row_state {
     size_t order_len;          /* its length (0 for none) */
     cell *found;               /* hashed store: the columns' cells, looked up once (append_rows) */
     size_t found_cap;
-    double scale;              /* the group's seed (tape.h, "Scaled seeds") */
+    double scale;              /* the group's seed (seeded.h, "Scaled seeds") */
     ad_status status;
 } row_state;
 
@@ -294,7 +294,7 @@ AD_INLINE cell column_cell(const row_state *rs, const double *val, const uint32_
  * reached, scaled back (ad_result), in one pass over the columns that
  * writes both rows (lane 1's start after lane 0's count).  Room is made
  * for exactly those, so that a call sized by the last one does not grow.
- * A later pass of the group (tape.h, ad_retry) reaches the same columns
+ * A later pass of the group (seeded.h, ad_retry) reaches the same columns
  * and replaces only the values that are not finite. */
 _Static_assert(GROUP == 2, "append_rows writes two rows at a time");
 

@@ -9,7 +9,9 @@
 
 #include "block.h"
 #include "check.h"
+#include "recording.h"
 #include "seeded.h"
+#include "sweep.h"
 #include "walk.h"
 
 AD_INLINE void sweep_forward(const ad_tape *t, double *tan, uint32_t top, const size_t L)

@@ -8,8 +8,8 @@
 #ifndef DUALREV_TAPE_H
 #define DUALREV_TAPE_H
 
-#include "dualrev.h"
 #include "alloc.h"
+#include "dualrev.h"
 
 #define AD_CHUNK_BITS 16
 #define AD_CHUNK ((size_t)1 << AD_CHUNK_BITS)
@@ -162,17 +162,6 @@ AD_HIDDEN ad_status ad_tape_reserve_adjoints(ad_tape *t, uint32_t top);
  * the next ad_reverse clears what it needs again. */
 AD_HIDDEN ad_status ad_tape_borrow_adjoints(ad_tape *t, size_t count);
 
-/* Room for `need` elements of `elem` bytes in *buf (*cap of them now),
- * keeping the first `keep`: the one growth rule of the library (exact the
- * first time, as a workload usually repeats its size, then doubling). */
-AD_HIDDEN ad_status ad_grow(void **buf, size_t *cap, size_t need, size_t elem, size_t keep);
-
-/* The same for a buffer whose old contents are never needed. */
-static inline ad_status ad_reserve(void **buf, size_t *cap, size_t need, size_t elem)
-{
-    return ad_grow(buf, cap, need, elem, 0);
-}
-
 AD_HIDDEN void ad_tape_free(ad_tape *t);
 
 /* The tape being recorded on this thread, or NULL when none is (or when
@@ -245,47 +234,5 @@ static inline const ad__record *ad_tape_record(const ad_tape *t, uint32_t id)
     size_t k = id - t->first;
     return &t->chunks[k >> AD_CHUNK_BITS][k & (AD_CHUNK - 1)];
 }
-
-/* record.c: the calling thread's tape for the current nesting depth (NULL
- * when nested too deeply, which ad_record then reports as AD_ENESTING); a
- * recording of f at x on t, outputs in t->outputs[0..m); the highest ID a
- * sweep must cover (outputs and inputs); the outputs' values. */
-AD_HIDDEN ad_tape *ad_thread_tape(void);
-AD_HIDDEN ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n,
-                              const double *x, size_t m, int second);
-/* The same for a scalar objective: one output. */
-AD_HIDDEN ad_status ad_record_objective(ad_tape *t, ad_objective f, void *ctx, size_t n,
-                                        const double *x, int second);
-AD_HIDDEN uint32_t ad_outputs_top(const ad_tape *t, size_t m);
-AD_HIDDEN uint32_t ad_outputs_top_of(const ad_tape *t, size_t from, size_t count);
-AD_HIDDEN void ad_read_outputs(const ad_tape *t, size_t m, double *y);
-AD_HIDDEN void ad_fill_nan(double *p, size_t count);
-AD_HIDDEN void ad_fill_nan_reals(ad_real *p, size_t count);
-
-/* Sweeps carry up to AD_LANES cotangents or tangents per ID side by side
- * (array[id * lanes + lane], lanes 1, 2 or AD_LANES), so that a block of
- * Jacobian rows or columns shares one pass over the records. */
-#define AD_LANES 4
-
-/* resolve.c: the reverse sweep.  ad_resolve applies records top, top-1, ...,
- * first, each once, adding cotangent x partial into its arguments'
- * cotangents.  ad_reverse seeds output j of the last recording with w[j]
- * (1 when w is NULL), sweeps, and writes the inputs' cotangents to wj. */
-AD_HIDDEN void ad_resolve(ad_tape *t, double *adj, uint32_t top, size_t lanes);
-AD_HIDDEN ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj);
-/* An exact reverse sweep (seeded.h, ad_retry), one lane: applies only the records
- * that the IDs marked (seeded.h, ad_marks) reach, marking them as it goes; leaves
- * the marks zero and the swept cotangents as ad_resolve's one lane does. */
-AD_HIDDEN void ad_resolve_reached(ad_tape *t, double *adj, uint32_t top);
-
-/* tangent.c: the forward sweep, J v.  ad_tangent runs records first..top,
- * each tangent the partials times its arguments' tangents; ad_forward seeds
- * the inputs with v and writes the outputs' tangents to jv. */
-AD_HIDDEN void ad_tangent(const ad_tape *t, double *tan, uint32_t top, size_t lanes);
-AD_HIDDEN ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv);
-/* An exact forward sweep (seeded.h, ad_retry), one lane: only the records that depend on the
- * IDs marked (ad_marks) take tangents from their arguments, and only from
- * those that do; the others' tangents are 0.  Leaves the marks zero. */
-AD_HIDDEN void ad_tangent_reached(ad_tape *t, double *tan, uint32_t top);
 
 #endif

@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "check.h"
+#include "recording.h"
 #include "second.h"
 #include "tape.h"
 

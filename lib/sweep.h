@@ -1,0 +1,34 @@
+/* dualrev internal: the first-order sweeps over a tape, reverse (resolve.c)
+ * and forward (tangent.c), for the drivers. */
+#ifndef DUALREV_SWEEP_H
+#define DUALREV_SWEEP_H
+
+#include "tape.h"
+
+/* Sweeps carry up to AD_LANES cotangents or tangents per ID side by side
+ * (array[id * lanes + lane], lanes 1, 2 or AD_LANES), so that a block of
+ * Jacobian rows or columns shares one pass over the records. */
+#define AD_LANES 4
+
+/* The reverse sweep (resolve.c).  ad_resolve applies records top, top-1, ...,
+ * first, each once, adding cotangent x partial into its arguments'
+ * cotangents.  ad_reverse seeds output j of the last recording with w[j]
+ * (1 when w is NULL), sweeps, and writes the inputs' cotangents to wj. */
+AD_HIDDEN void ad_resolve(ad_tape *t, double *adj, uint32_t top, size_t lanes);
+AD_HIDDEN ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj);
+/* An exact reverse sweep (seeded.h, ad_retry), one lane: applies only the records
+ * that the IDs marked (seeded.h, ad_marks) reach, marking them as it goes; leaves
+ * the marks zero and the swept cotangents as ad_resolve's one lane does. */
+AD_HIDDEN void ad_resolve_reached(ad_tape *t, double *adj, uint32_t top);
+
+/* The forward sweep, J v (tangent.c).  ad_tangent runs records first..top,
+ * each tangent the partials times its arguments' tangents; ad_forward seeds
+ * the inputs with v and writes the outputs' tangents to jv. */
+AD_HIDDEN void ad_tangent(const ad_tape *t, double *tan, uint32_t top, size_t lanes);
+AD_HIDDEN ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv);
+/* An exact forward sweep (seeded.h, ad_retry), one lane: only the records that depend on the
+ * IDs marked (ad_marks) take tangents from their arguments, and only from
+ * those that do; the others' tangents are 0.  Leaves the marks zero. */
+AD_HIDDEN void ad_tangent_reached(ad_tape *t, double *tan, uint32_t top);
+
+#endif

@@ -103,9 +103,12 @@ uint32_t ad_block_record(ad_tape *t, size_t offset)
     uint32_t hid = ad__push_at(c, b->nout, off, AD__BLOCK, 0.0, AD__OP_BLOCK, 0.0, 0.0, 0.0);
     if (!hid)
         return 0;
-    t->no_jvp += !b->kind->jvp && !b->kind->forward;
-    t->no_second += !b->kind->second;
-    t->foreign += b->kind->foreign;
+    if (!b->kind->jvp && !b->kind->forward)
+        t->traits |= AD_TRAIT_NO_JVP;
+    if (!b->kind->second)
+        t->traits |= AD_TRAIT_NO_SECOND;
+    if (b->kind->foreign)
+        t->traits |= AD_TRAIT_USER_RULES;
     /* With room for all of them (a first-order recording: end is set),
      * the output slots are written in one loop; else one by one, which
      * takes the next chunk when this one fills (IDs stay consecutive) and

@@ -300,7 +300,7 @@ static ad_status prepare(ad_tape *t, ad_objective f, void *ctx, size_t n, const 
     ad_status s = ad_record_objective(t, f, ctx, n, x, 1);
     if (s != AD_OK)
         return s;
-    if (t->no_second)
+    if (t->traits & AD_TRAIT_NO_SECOND)
         return AD_ENOTSUP;
     *top = ad_outputs_top(t, 1);
     size_t ids = (size_t)*top + 1;

@@ -29,7 +29,7 @@
 
 static inline double ad_seed_scale(const ad_tape *t)
 {
-    return t->foreign ? 1.0 : AD_SEED_SCALE;
+    return t->traits & AD_TRAIT_USER_RULES ? 1.0 : AD_SEED_SCALE;
 }
 
 /* What scales a sweep's results back from its seed's `scale`. */

@@ -137,7 +137,7 @@ static double forward_pass(ad_tape *t, const ad_retry *r, void *ctx)
 
 ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv)
 {
-    if (t->no_jvp)
+    if (t->traits & AD_TRAIT_NO_JVP)
         return AD_ENOTSUP;
     uint32_t hi = ad_outputs_top(t, m);
     ad_status s = ad_tape_borrow_adjoints(t, (size_t)hi + 1);  /* for the tangents */

@@ -293,9 +293,7 @@ ad_status ad_tape_begin(ad_tape *t, ad_thread *th, size_t n, const ad_mode *cons
         t->id_end = t->first + (uint32_t)limit;
     t->status = AD_OK;
     t->blocks_len = 0;
-    t->no_jvp = 0;
-    t->no_second = 0;
-    t->foreign = 0;
+    t->traits = 0;
     t->checks = th->checks;
     if (th->depth == 0)
         th->has_fault = 0;

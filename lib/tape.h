@@ -61,6 +61,11 @@ typedef struct ad_tenant {
 
 #define AD_TENANTS 6
 
+/* What a recording's blocks (block.h) make of it, for the drivers: a
+ * block without a forward rule, or without a second-order one, and rules
+ * the user wrote (ad_external), which are swept unscaled (seeded.h). */
+enum { AD_TRAIT_NO_JVP = 1, AD_TRAIT_NO_SECOND = 2, AD_TRAIT_USER_RULES = 4 };
+
 typedef struct ad_tape {
     ad__cursor cursor;       /* first: ad__active points here */
     ad_status status;        /* first error of this recording, sticky */
@@ -81,11 +86,9 @@ typedef struct ad_tape {
     size_t outputs_cap;
     unsigned char *blocks;   /* block.c: the block records' data, at offsets */
     size_t blocks_len, blocks_cap;
-    size_t no_jvp;           /* blocks without a forward rule in this recording */
-    size_t foreign;          /* blocks whose rules are the user's (ad_external) */
-    size_t no_second;        /* blocks without a second-order rule */
+    unsigned traits;         /* AD_TRAIT_*: what this recording's blocks cannot do, or are */
     uint64_t serial;         /* this recording's number, unique in the process */
-    uint64_t sweeps;         /* reverse sweeps so far (matrix.c: which products a sweep reached) */
+    uint64_t sweeps;         /* reverse sweeps run over t (a count the tests read) */
     ad__record *room_end;    /* the end of the room in the current chunk */
     ad__record *slow_end;    /* room_end while the recording's modes can take records, else NULL */
     unsigned checks;         /* the thread's ad_set_checks flags when the recording began */

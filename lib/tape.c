@@ -227,8 +227,8 @@ static int side_for(ad_tape *t, const ad_mode *m)
 
 /* A number no other recording in the process has.  Threads take them in
  * blocks: an atomic add on every recording would wait, as any locked
- * instruction does, for all the stores before it to reach the cache (a
- * tenth of the time of an ad_jacobian of 60 records). */
+ * instruction does, for all the stores before it to reach the cache,
+ * which shows on the Jacobians of small functions. */
 #define SERIAL_BLOCK ((uint64_t)1 << 16)
 
 static uint64_t new_serial(ad_thread *th)

@@ -1,5 +1,6 @@
-/* dualrev internal: checked recordings (ad_set_checks) and what they let
- * the library say about a tape (check.c). */
+/* dualrev internal: checked recordings (ad_set_checks): the recording mode
+ * (check.c), and the checked sweeps and what they say of a tape
+ * (check_sweep.c). */
 #ifndef DUALREV_CHECK_H
 #define DUALREV_CHECK_H
 
@@ -22,6 +23,21 @@ AD_HIDDEN extern const ad_mode ad_check_mode;
  * x[0..n): kept, and checked as a record's value. */
 AD_HIDDEN int ad_check_block(ad_tape *t, const char *name, size_t n, const double *x, size_t m,
                              const double *y, uint32_t first);
+/* The record's ad_info, in a checked recording (NULL otherwise). */
+AD_HIDDEN const ad_info *ad_tape_info(const ad_tape *t, uint32_t id);
+/* A value by ID: an input's, or a checked recording's record's (NaN if unknown). */
+AD_HIDDEN double ad_tape_value(const ad_tape *t, uint32_t id);
+/* An operation's name (record.h's AD__OP_*), or NULL; an n-ary record's
+ * name from its kind (record.h, AD__NARY_*). */
+AD_HIDDEN const char *ad_op_label(int op);
+AD_HIDDEN const char *ad_nary_name(double kind);
+/* A fault at record id, what is not known of it NaN; f kept as the
+ * thread's last (ad_last_fault). */
+AD_HIDDEN ad_fault ad_fault_at(uint32_t id, const char *op, const char *label, ad_phase phase);
+AD_HIDDEN void ad_fault_keep(const ad_fault *f);
+
+/* ---- check_sweep.c ---- */
+
 /* After a reverse sweep whose results were not all finite: sweeps again,
  * plainly, checking each contribution; AD_ENONFINITE at the first that
  * overflows from finite numbers, else AD_OK. */
@@ -31,11 +47,8 @@ AD_HIDDEN ad_status ad_check_forward(ad_tape *t, const double *v, uint32_t top);
 /* One byte per record first..top, set for the slots of n-ary runs (whose
  * IDs nothing references); NULL if out of memory.  ad_free it. */
 AD_HIDDEN unsigned char *ad_slot_marks(const ad_tape *t, uint32_t top);
-/* An operation's name (op: record.h's AD__OP_*; an n-ary header's kind). */
+/* A record's operation's name: a block's kind's, an n-ary record's, or a
+ * checked recording's record's (NULL if not known). */
 AD_HIDDEN const char *ad_op_name(const ad_tape *t, uint32_t id);
-/* The record's ad_info, in a checked recording (NULL otherwise). */
-AD_HIDDEN const ad_info *ad_tape_info(const ad_tape *t, uint32_t id);
-/* A value by ID: an input's, or a checked recording's record's (NaN if unknown). */
-AD_HIDDEN double ad_tape_value(const ad_tape *t, uint32_t id);
 
 #endif

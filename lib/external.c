@@ -7,7 +7,7 @@
 
 #include "block.h"
 #include "check.h"
-#include "recording.h"
+#include "status.h"
 
 typedef struct external {
     ad_block base;

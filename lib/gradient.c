@@ -1,6 +1,7 @@
 /* dualrev: ad_gradient, a scalar objective recorded as a function with one
  * output, then one reverse sweep seeded with 1 (paper, sections 8 and 9). */
 #include "recording.h"
+#include "status.h"
 #include "sweep.h"
 #include "tape.h"
 

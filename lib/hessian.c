@@ -19,6 +19,7 @@
 #include "recording.h"
 #include "second.h"
 #include "seeded.h"
+#include "status.h"
 #include "sweep.h"
 #include "walk.h"
 

@@ -9,6 +9,7 @@
 #include "pair.h"
 #include "recording.h"
 #include "seeded.h"
+#include "status.h"
 #include "sweep.h"
 
 struct ad_linear {

@@ -14,8 +14,8 @@
 #include "block.h"
 #include "check.h"
 #include "pair.h"
-#include "recording.h"
 #include "seeded.h"
+#include "status.h"
 
 #define NONE SIZE_MAX
 

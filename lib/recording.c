@@ -65,19 +65,6 @@ ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n, const double
     return AD_OK;
 }
 
-/* A sweep that starts among a block's outputs must cover all of them: the
- * block reads (or writes) every output's slot at once. */
-static uint32_t to_block_end(const ad_tape *t, uint32_t hi)
-{
-    if (hi < t->first)
-        return hi;
-    const ad__record *r = ad_tape_record(t, hi);
-    if (r->b != AD__OUT)
-        return hi;
-    uint32_t header = hi - r->a;
-    return header + ad_tape_record(t, header)->a;
-}
-
 typedef struct scalar {
     ad_objective f;
     void *ctx;
@@ -95,38 +82,4 @@ ad_status ad_record_objective(ad_tape *t, ad_objective f, void *ctx, size_t n, c
 {
     scalar call = {f, ctx};
     return ad_record(t, as_function, &call, n, x, 1, second);
-}
-
-uint32_t ad_outputs_top_of(const ad_tape *t, size_t from, size_t count)
-{
-    uint32_t hi = t->first - 1;  /* the inputs' slots are always read back */
-    for (size_t j = from; j < from + count; j++)
-        if (t->outputs[j].id > hi)
-            hi = t->outputs[j].id;
-    return to_block_end(t, hi);
-}
-
-uint32_t ad_outputs_top(const ad_tape *t, size_t m)
-{
-    return ad_outputs_top_of(t, 0, m);
-}
-
-void ad_read_outputs(const ad_tape *t, size_t m, double *y)
-{
-    for (size_t j = 0; j < m; j++)
-        y[j] = t->outputs[j].v;
-}
-
-void ad_fill_nan(double *p, size_t count)
-{
-    if (p)
-        for (size_t i = 0; i < count; i++)
-            p[i] = NAN;
-}
-
-void ad_fill_nan_reals(ad_real *p, size_t count)
-{
-    if (p)
-        for (size_t i = 0; i < count; i++)
-            p[i] = ad_const(NAN);
 }

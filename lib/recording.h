@@ -5,20 +5,15 @@
 
 #include "tape.h"
 
-/* The calling thread's tape for the current nesting depth (NULL
- * when nested too deeply, which ad_record then reports as AD_ENESTING); a
- * recording of f at x on t, outputs in t->outputs[0..m); the highest ID a
- * sweep must cover (outputs and inputs); the outputs' values. */
+/* The calling thread's tape for the current nesting depth (NULL when
+ * nested too deeply, which ad_record then reports as AD_ENESTING); a
+ * recording of f at x on t, outputs in t->outputs[0..m); second: in the
+ * second-order mode (second.h), besides the checks if they are on. */
 AD_HIDDEN ad_tape *ad_thread_tape(void);
 AD_HIDDEN ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n,
                               const double *x, size_t m, int second);
 /* The same for a scalar objective: one output. */
 AD_HIDDEN ad_status ad_record_objective(ad_tape *t, ad_objective f, void *ctx, size_t n,
                                         const double *x, int second);
-AD_HIDDEN uint32_t ad_outputs_top(const ad_tape *t, size_t m);
-AD_HIDDEN uint32_t ad_outputs_top_of(const ad_tape *t, size_t from, size_t count);
-AD_HIDDEN void ad_read_outputs(const ad_tape *t, size_t m, double *y);
-AD_HIDDEN void ad_fill_nan(double *p, size_t count);
-AD_HIDDEN void ad_fill_nan_reals(ad_real *p, size_t count);
 
 #endif

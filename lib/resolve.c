@@ -14,7 +14,6 @@
 #include "block.h"
 #include "check.h"
 #include "pair.h"
-#include "recording.h"
 #include "seeded.h"
 #include "sweep.h"
 #include "walk.h"

@@ -36,6 +36,7 @@
 
 #include "recording.h"
 #include "sparse.h"
+#include "status.h"
 #include "testing.h"
 
 static _Thread_local int force_hash;

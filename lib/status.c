@@ -1,5 +1,7 @@
-/* dualrev: status messages. */
-#include "dualrev.h"
+/* dualrev: status messages, and the NaN a failed call leaves. */
+#include <math.h>
+
+#include "status.h"
 
 const char *ad_strerror(ad_status s)
 {
@@ -15,4 +17,18 @@ const char *ad_strerror(ad_status s)
     case AD_ENONFINITE: return "a number became Inf or NaN from finite ones (AD_CHECK_FINITE; see ad_last_fault)";
     }
     return "unknown ad_status";
+}
+
+void ad_fill_nan(double *p, size_t count)
+{
+    if (p)
+        for (size_t i = 0; i < count; i++)
+            p[i] = NAN;
+}
+
+void ad_fill_nan_reals(ad_real *p, size_t count)
+{
+    if (p)
+        for (size_t i = 0; i < count; i++)
+            p[i] = ad_const(NAN);
 }

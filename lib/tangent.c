@@ -9,7 +9,6 @@
 
 #include "block.h"
 #include "check.h"
-#include "recording.h"
 #include "seeded.h"
 #include "sweep.h"
 #include "walk.h"

@@ -463,3 +463,36 @@ ad__slots ad__slots_more(ad__slots s)
     ad__slots more = {t->cursor.cur, t->room_end, s.count, s.key0, s.span, s.any, 0};
     return more;
 }
+
+/* A sweep that starts among a block's outputs must cover all of them: the
+ * block reads (or writes) every output's slot at once. */
+static uint32_t to_block_end(const ad_tape *t, uint32_t hi)
+{
+    if (hi < t->first)
+        return hi;
+    const ad__record *r = ad_tape_record(t, hi);
+    if (r->b != AD__OUT)
+        return hi;
+    uint32_t header = hi - r->a;
+    return header + ad_tape_record(t, header)->a;
+}
+
+uint32_t ad_outputs_top_of(const ad_tape *t, size_t from, size_t count)
+{
+    uint32_t hi = t->first - 1;  /* the inputs' slots are always read back */
+    for (size_t j = from; j < from + count; j++)
+        if (t->outputs[j].id > hi)
+            hi = t->outputs[j].id;
+    return to_block_end(t, hi);
+}
+
+uint32_t ad_outputs_top(const ad_tape *t, size_t m)
+{
+    return ad_outputs_top_of(t, 0, m);
+}
+
+void ad_read_outputs(const ad_tape *t, size_t m, double *y)
+{
+    for (size_t j = 0; j < m; j++)
+        y[j] = t->outputs[j].v;
+}

@@ -192,6 +192,13 @@ static inline int ad_any_active(size_t n, const ad_real *x)
     return 0;
 }
 
+/* The highest ID a sweep of outputs from .. from + count must cover (the
+ * inputs' at least, and all of a block's outputs if it starts among
+ * them); the same for all m outputs; the outputs' values. */
+AD_HIDDEN uint32_t ad_outputs_top_of(const ad_tape *t, size_t from, size_t count);
+AD_HIDDEN uint32_t ad_outputs_top(const ad_tape *t, size_t m);
+AD_HIDDEN void ad_read_outputs(const ad_tape *t, size_t m, double *y);
+
 /* In the hook of the recording's mode i: the side entry of the record
  * about to be written. */
 static inline void *ad_tape_side_here(const ad_tape *t, int i)

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""The library's layers, and the arrows between its files, read from a build.
+
+    docs/architecture.py --check LIB.a   exit 1 on an arrow that must not exist
+    docs/architecture.py --dot LIB.a     the picture, in DOT (docs/architecture.svg)
+
+An arrow runs from a file to each file whose functions or data it uses, as
+the static library's symbol tables say (nm), plus an arrow to each
+header-only module (walk.h, seeded.h's inline part) that it includes.  Every
+arrow must run to the same layer or a lower one, and no two files may reach
+each other; every file of lib/ must have a layer below, so that a new file
+is placed on purpose.
+"""
+import collections
+import os
+import re
+import subprocess
+import sys
+
+# Lowest first.  A file may use its own layer and those below.
+LAYERS = [
+    ("kernel", "the tape's memory, the recording cursor's slow path, per-thread state",
+     ["alloc", "tape", "status", "version"]),
+    ("walker and seeds", "one walk over the records; scaled seeds and reach marks",
+     ["walk.h", "seeded"]),
+    ("recording modes", "hooks on the slow path: second partials, checks",
+     ["special", "second", "check"]),
+    ("recording rules", "operations with records of their own kind: n-ary, blocks",
+     ["reduce", "block", "external", "matrix"]),
+    ("sweeps", "reverse, forward and checked sweeps, written against the walker",
+     ["resolve", "tangent", "check_sweep"]),
+    ("drivers", "what the user calls: record, sweep, read out",
+     ["recording", "gradient", "linear", "hessian", "sparse", "sparse_rows", "sparse_csr",
+      "dump", "testing"]),
+]
+HEADER_ONLY = ["walk.h"]
+
+LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib")
+
+
+def layer_of():
+    return {f: i for i, (_, _, files) in enumerate(LAYERS) for f in files}
+
+
+def arrows(archive):
+    out = subprocess.run(["nm", "-A", archive], capture_output=True, text=True,
+                         check=True).stdout
+    defined, used = {}, collections.defaultdict(set)
+    for line in out.splitlines():
+        m = re.match(r"[^:]*:(?:lib_)?([^:]+)\.c\.o:\s*\S*\s+(\w)\s+(\S+)$", line)
+        if not m:
+            continue
+        f, kind, sym = m.groups()
+        if kind in "TDBRC":
+            defined[sym] = f
+        elif kind == "U":
+            used[f].add(sym)
+    edges = collections.defaultdict(set)
+    for f, syms in used.items():
+        for s in syms:
+            if s in defined and defined[s] != f:
+                edges[f].add(defined[s])
+    for name in os.listdir(LIB):
+        if not name.endswith(".c"):
+            continue
+        text = open(os.path.join(LIB, name)).read()
+        for h in HEADER_ONLY:
+            if '#include "%s"' % h in text:
+                edges[name[:-2]].add(h)
+    return edges
+
+
+def check(edges):
+    where, bad = layer_of(), []
+    files = sorted(n[:-2] for n in os.listdir(LIB) if n.endswith(".c")) + HEADER_ONLY
+    for f in files:
+        if f not in where:
+            bad.append("%s has no layer (docs/architecture.py, LAYERS)" % f)
+    for f, tos in sorted(edges.items()):
+        for t in sorted(tos):
+            if f in where and t in where and where[t] > where[f]:
+                bad.append("%s (%s) -> %s (%s): an arrow upwards"
+                           % (f, LAYERS[where[f]][0], t, LAYERS[where[t]][0]))
+
+    def reaches(a):
+        seen, todo = set(), [a]
+        while todo:
+            for y in edges.get(todo.pop(), ()):
+                if y not in seen:
+                    seen.add(y)
+                    todo.append(y)
+        return seen
+    for f in sorted(edges):
+        for t in sorted(edges[f]):
+            if f < t and f in reaches(t):
+                bad.append("%s <-> %s: a loop" % (f, t))
+    return bad
+
+
+# Used by nearly every file: drawn without their arrows, which only clutter
+# (every file may use the kernel).
+UTILITIES = ["alloc", "status", "version"]
+UNDRAWN_TARGETS = UTILITIES + ["tape"]
+
+
+def dot(edges):
+    print("digraph dualrev {")
+    print('  rankdir=TB; newrank=true; ranksep=0.5; nodesep=0.25;')
+    print('  node [shape=box, style=filled, fillcolor=white, fontname="Helvetica", fontsize=10];')
+    print('  edge [color="#555555", arrowsize=0.6];')
+    for i, (name, what, files) in reversed(list(enumerate(LAYERS))):
+        print('  subgraph cluster_%d { label="%s: %s"; labeljust=l; fontname="Helvetica";'
+              ' fontsize=11; style=filled; color="#eeeeee";' % (i, name, what))
+        shown = [f for f in files if f not in UTILITIES]
+        for f in shown:
+            label = f if f.endswith(".h") else f + ".c"
+            print('    "%s" [label="%s"];' % (f, label))
+        print("    { rank=same; %s }" % " ".join('"%s";' % f for f in shown))
+        print("  }")
+    # the layers one above the other
+    tops = [[f for f in files if f not in UTILITIES][0] for _, _, files in LAYERS]
+    for hi, lo in zip(reversed(tops), list(reversed(tops))[1:]):
+        print('  "%s" -> "%s" [style=invis, weight=10];' % (hi, lo))
+    for f, tos in sorted(edges.items()):
+        for t in sorted(tos):
+            if f not in UTILITIES and t not in UNDRAWN_TARGETS:
+                print('  "%s" -> "%s";' % (f, t))
+    print("}")
+
+
+def main():
+    if len(sys.argv) != 3 or sys.argv[1] not in ("--check", "--dot"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    edges = arrows(sys.argv[2])
+    if sys.argv[1] == "--dot":
+        dot(edges)
+        return 0
+    bad = check(edges)
+    for b in bad:
+        print(b)
+    print("architecture: %d files, %d arrows, %s"
+          % (len(layer_of()), sum(len(v) for v in edges.values()),
+             "%d problems" % len(bad) if bad else "every arrow downwards"))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -57,10 +57,8 @@ void ad_free(void *p)
 /* Allocates afresh and copies only the `keep` elements wanted, not
  * realloc: a buffer's old contents are often dead, and copying them would
  * touch twice the memory. */
-ad_status ad_grow(void **buf, size_t *cap, size_t need, size_t elem, size_t keep)
+ad_status ad_grow_to(void **buf, size_t *cap, size_t need, size_t elem, size_t keep)
 {
-    if (need <= *cap)
-        return AD_OK;
     /* Exact the first time (a workload usually repeats its size), doubling
      * when it grows. */
     size_t n = *cap ? *cap : need < 64 ? 64 : need;

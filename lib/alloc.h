@@ -13,8 +13,14 @@ AD_HIDDEN void ad_free(void *p);
 
 /* Room for `need` elements of `elem` bytes in *buf (*cap of them now),
  * keeping the first `keep`: the one growth rule of the library (exact the
- * first time, as a workload usually repeats its size, then doubling). */
-AD_HIDDEN ad_status ad_grow(void **buf, size_t *cap, size_t need, size_t elem, size_t keep);
+ * first time, as a workload usually repeats its size, then doubling).
+ * The test for room is inline: most calls have it. */
+AD_HIDDEN ad_status ad_grow_to(void **buf, size_t *cap, size_t need, size_t elem, size_t keep);
+
+static inline ad_status ad_grow(void **buf, size_t *cap, size_t need, size_t elem, size_t keep)
+{
+    return need <= *cap ? AD_OK : ad_grow_to(buf, cap, need, elem, keep);
+}
 
 /* The same for a buffer whose old contents are never needed. */
 static inline ad_status ad_reserve(void **buf, size_t *cap, size_t need, size_t elem)

@@ -27,6 +27,33 @@ static const char *name_of(const ad_tape *t, uint32_t id)
     return n ? n : "?";
 }
 
+/* A block's output, in a listing: not a step of the walk. */
+#define OUTPUT (-1)
+
+/* One line: the record at id, a step of kind `kind` (or OUTPUT), with its
+ * value in a checked recording. */
+static void dump_line(FILE *out, const ad_tape *t, uint32_t id, int kind)
+{
+    const ad__record *r = ad_tape_record(t, id);
+    const ad_info *i = ad_tape_info(t, id);
+    if (kind == AD_WALK_NARY)
+        fprintf(out, "%8u  n-ary (%s): the %u slots above are its arguments", id, name_of(t, id),
+                r->a);
+    else if (kind == AD_WALK_BLOCK)
+        fprintf(out, "%8u  block (%s): %u outputs, %u arguments", id, name_of(t, id), r->a,
+                ad_block_of(t, r)->nargs);
+    else if (kind == OUTPUT)
+        fprintf(out, "%8u  output %u of the block at %u", id, r->a - 1, id - r->a);
+    else if (r->b)
+        fprintf(out, "%8u  %-12s %8u %14.6g  %8u %14.6g", id, name_of(t, id), r->a, r->wa, r->b,
+                r->wb);
+    else  /* b = 0 is the constant sink: a one-argument record */
+        fprintf(out, "%8u  %-12s %8u %14.6g  %8s %14s", id, name_of(t, id), r->a, r->wa, "-", "-");
+    if (i && kind != AD_WALK_BLOCK)
+        fprintf(out, "  %14.6g", i->v);
+    fputc('\n', out);
+}
+
 ad_status ad_tape_dump(FILE *out, size_t max_records)
 {
     const ad_tape *t;
@@ -38,25 +65,20 @@ ad_status ad_tape_dump(FILE *out, size_t max_records)
             t->first - 1, top + 1 - t->first, sizeof(ad__record));
     fprintf(out, "%8s  %-12s %8s %14s  %8s %14s  %14s\n", "id", "op", "a", "d/da", "b", "d/db",
             "value");
-    for (uint32_t id = t->first; id <= top && id - t->first < max_records; id++) {
-        const ad__record *r = ad_tape_record(t, id);
-        const ad_info *i = ad_tape_info(t, id);
-        if (r->b == AD__NARY)
-            fprintf(out, "%8u  n-ary (%s): the %u slots above are its arguments", id, name_of(t, id),
-                    r->a);
-        else if (r->b == AD__BLOCK)
-            fprintf(out, "%8u  block (%s): %u outputs, %u arguments", id, name_of(t, id), r->a,
-                    ad_block_of(t, r)->nargs);
-        else if (r->b == AD__OUT)
-            fprintf(out, "%8u  output %u of the block at %u", id, r->a - 1, id - r->a);
-        else if (r->b)
-            fprintf(out, "%8u  %-12s %8u %14.6g  %8u %14.6g", id, name_of(t, id), r->a, r->wa, r->b,
-                    r->wb);
-        else  /* b = 0 is the constant sink: a one-argument record */
-            fprintf(out, "%8u  %-12s %8u %14.6g  %8s %14s", id, name_of(t, id), r->a, r->wa, "-", "-");
-        if (i && r->b != AD__BLOCK)
-            fprintf(out, "  %14.6g", i->v);
-        fputc('\n', out);
+    if (max_records < (size_t)top + 1 - t->first)
+        top = t->first - 1 + (uint32_t)max_records;
+    /* Every slot, each n-ary run's before its header, a block's outputs
+     * after it. */
+    ad_walk w = ad_walk_up_from(t, top);
+    for (int kind; (kind = ad_walk_up(&w)) != AD_WALK_END;) {
+        if (kind == AD_WALK_RUN) {
+            dump_line(out, t, w.id, kind);
+            ad_walk_stop_up(&w, w.r + 1, w.id + 1);
+            continue;
+        }
+        dump_line(out, t, w.hid, kind);
+        for (uint32_t j = 1; kind == AD_WALK_BLOCK && j <= w.hdr->a && w.hid + j <= top; j++)
+            dump_line(out, t, w.hid + j, OUTPUT);
     }
     return AD_OK;
 }

@@ -2442,6 +2442,20 @@ static void test_tape_dump(void **state)
     fclose(f);
     assert_non_null(strstr(buf, "block (matrix): 6 outputs"));
     assert_non_null(strstr(buf, "block (matrix-vector product): 2 outputs"));
+    /* every record once, in order of ID: blocks' outputs after their header */
+    unsigned first = 0, records = 0, next = 0, id;
+    const char *line = buf;
+    assert_int_equal(sscanf(line, "inputs: IDs 1..%u; records: %u", &first, &records), 2);
+    first++;
+    next = first;
+    line = strchr(line, '\n') + 1;
+    line = strchr(line, '\n') + 1;  /* the column heads */
+    for (; *line; line = strchr(line, '\n') + 1) {
+        assert_int_equal(sscanf(line, "%u", &id), 1);
+        assert_int_equal(id, next);
+        next++;
+    }
+    assert_int_equal(next - first, records);
 }
 
 int main(void)

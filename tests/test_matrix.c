@@ -93,9 +93,10 @@ static size_t pad16(size_t bytes)
 }
 
 /* The headers of lib/matrix.c's blocks hold 5 and 6 pointer-sized fields:
- * 64 and 88 bytes on LP64 (docs/tape.md), 44 and 64 on ILP32 (i386). */
+ * 64 and 88 bytes on LP64 (docs/tape.md), 44 and 60 on ILP32 (i386); the
+ * product's 36 bytes of other fields are padded to a pointer's size. */
 #define MATRIX_HEADER (24 + 5 * sizeof(size_t))
-#define PRODUCT_HEADER (40 + 6 * sizeof(size_t))
+#define PRODUCT_HEADER ((36 + 7 * sizeof(size_t) - 1) / sizeof(size_t) * sizeof(size_t))
 
 /* docs/tape.md, "Recorded matrices": block bytes of a recorded m x n
  * matrix and of one product with it. */

@@ -198,23 +198,15 @@ void ad_resolve_reached(ad_tape *t, double *adj, uint32_t top)
     ad_reach_clear(t, top);
 }
 
-/* ad_reverse's seeds and results. */
-typedef struct reverse_seeds {
-    size_t m, n;
-    const double *w;
-    double *wj;
-    uint32_t hi;
-} reverse_seeds;
-
 /* One pass of ad_reverse (seeded.h, ad_pass). */
 static double reverse_pass(ad_tape *t, const ad_retry *r, void *ctx)
 {
-    const reverse_seeds *c = ctx;
+    const ad_seeds *c = ctx;
     /* Outputs that share an ID add up; a constant output seeds slot 0,
      * the sink, and reaches nothing.  An exact pass starts from the
      * outputs of nonzero weight, so that w = e_j gives row j of J. */
     for (size_t j = 0; j < c->m; j++) {
-        double wj0 = c->w ? c->w[j] : 1.0;
+        double wj0 = c->in ? c->in[j] : 1.0;
         t->adj[t->outputs[j].id] += wj0 * r->scale;
         if (r->exact && wj0 != 0.0)
             ad_reach_mark(t, t->outputs[j].id);
@@ -223,7 +215,7 @@ static double reverse_pass(ad_tape *t, const ad_retry *r, void *ctx)
         ad_resolve_reached(t, t->adj, c->hi);
     else
         ad_resolve(t, t->adj, c->hi, 1);  /* records above every output are skipped */
-    double sum = ad_results(r, c->wj, 1, t->adj + 1, 1, c->n);
+    double sum = ad_results(r, c->out, 1, t->adj + 1, 1, c->n);
     memset(t->adj, 0, (c->n + 1) * sizeof *t->adj);  /* the sink and the inputs */
     return sum;
 }
@@ -241,7 +233,7 @@ ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj)
         memset(t->adj + t->adj_zero, 0, (need - t->adj_zero) * sizeof *t->adj);
         t->adj_zero = need;
     }
-    reverse_seeds c = {m, n, w, wj, hi};
+    ad_seeds c = {m, n, w, wj, hi};
     double sum;
     s = ad_seeded(t, hi, 1, reverse_pass, &c, &sum);  /* seeded.h, "Scaled seeds" */
     if (s == AD_OK && t->checks && sum - sum != 0.0)

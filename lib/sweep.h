@@ -10,6 +10,17 @@
  * Jacobian rows or columns shares one pass over the records. */
 #define AD_LANES 4
 
+/* What ad_reverse and ad_forward seed and read out, for their passes
+ * (seeded.h, ad_pass): weights `in` of the m outputs and cotangents `out`
+ * of the n inputs, or tangents of the inputs and of the outputs; hi, the
+ * top of the sweep. */
+typedef struct ad_seeds {
+    size_t m, n;
+    const double *in;
+    double *out;
+    uint32_t hi;
+} ad_seeds;
+
 /* The reverse sweep (resolve.c).  ad_resolve applies records top, top-1, ...,
  * first, each once, adding cotangent x partial into its arguments'
  * cotangents.  ad_reverse seeds output j of the last recording with w[j]

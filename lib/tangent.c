@@ -108,30 +108,22 @@ void ad_tangent_reached(ad_tape *t, double *tan, uint32_t top)
     ad_reach_clear(t, top);
 }
 
-/* ad_forward's seeds and results. */
-typedef struct forward_seeds {
-    size_t m, n;
-    const double *v;
-    double *jv;
-    uint32_t hi;
-} forward_seeds;
-
 /* One pass of ad_forward (seeded.h, ad_pass). */
 static double forward_pass(ad_tape *t, const ad_retry *r, void *ctx)
 {
-    const forward_seeds *c = ctx;
+    const ad_seeds *c = ctx;
     /* An exact pass starts from the inputs of nonzero weight, so that
      * v = e_i gives column i of J. */
     for (size_t i = 0; i < c->n; i++) {
-        t->adj[i + 1] = c->v[i] * r->scale;
-        if (r->exact && c->v[i] != 0.0)
+        t->adj[i + 1] = c->in[i] * r->scale;
+        if (r->exact && c->in[i] != 0.0)
             ad_reach_mark(t, (uint32_t)(i + 1));
     }
     if (r->exact)
         ad_tangent_reached(t, t->adj, c->hi);
     else
         ad_tangent(t, t->adj, c->hi, 1);
-    return ad_results_of(r, c->jv, 1, t->adj, 1, t->outputs, c->m);
+    return ad_results_of(r, c->out, 1, t->adj, 1, t->outputs, c->m);
 }
 
 ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv)
@@ -143,7 +135,7 @@ ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv)
     if (s != AD_OK)
         return s;
     t->adj[0] = 0.0;
-    forward_seeds c = {m, t->first - 1, v, jv, hi};
+    ad_seeds c = {m, t->first - 1, v, jv, hi};
     double sum;
     s = ad_seeded(t, hi, 1, forward_pass, &c, &sum);  /* seeded.h, "Scaled seeds" */
     if (s == AD_OK && t->checks && sum - sum != 0.0)

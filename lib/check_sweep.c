@@ -155,10 +155,17 @@ unsigned char *ad_slot_marks(const ad_tape *t, uint32_t top)
     memset(slot, 0, n ? n : 1);
     ad_walk w = ad_walk_down_from(t, top);
     for (int kind; (kind = ad_walk_down(&w)) != AD_WALK_END;) {
-        if (kind == AD_WALK_RUN)
-            ad_walk_stop(&w, w.base, w.id - (uint32_t)(w.r - w.base));  /* the rest of the run */
-        else if (kind == AD_WALK_NARY)
+        if (kind == AD_WALK_RUN) {  /* past the run */
+            const ad__record *r = w.r;
+            uint32_t id = w.id;
+            do {
+                r--;
+                id--;
+            } while (r > w.base && ad_walk_ordinary(r - 1));
+            ad_walk_stop(&w, r, id);
+        } else if (kind == AD_WALK_NARY) {
             memset(slot + (w.hid - w.hdr->a - t->first), 1, w.hdr->a);
+        }
     }
     return slot;
 }

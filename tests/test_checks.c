@@ -300,9 +300,48 @@ static void test_dump_and_dot_name_operations(void **state)
     assert_int_equal(ad_tape_dot(NULL, 10), AD_EINVAL);
 }
 
+/* (x0 x1) (x2 + x0 x3): an ordinary record above an ad_dot whose slots
+ * sit below it, in one chunk. */
+static ad_real dot_then_mul(const ad_real *x, size_t n, void *ctx)
+{
+    (void)n, (void)ctx;
+    ad_real a = ad_mul(x[0], x[1]);
+    ad_real u[2] = {x[0], x[2]}, v[2] = {x[1], x[3]};
+    ad_real d = ad_dot(2, u, v);
+    return ad_mul(ad_add(x[2], d), a);
+}
+
+/* The DOT picture draws an n-ary record as its header's node, with its
+ * slots as edges: no slot is a node of its own, wherever it sits. */
+static void test_dot_draws_slots_as_edges(void **state)
+{
+    static char buf[16384];
+    const double x[4] = {1.0, 2.0, 3.0, 4.0};
+    double fx, g[4];
+    (void)state;
+    assert_int_equal(ad_gradient(dot_then_mul, NULL, 4, x, &fx, g), AD_OK);
+    capture(ad_tape_dump, buf, sizeof buf);
+    unsigned hdr = 0, count = 0;
+    const char *at = strstr(buf, "n-ary (ad_dot): the ");
+    assert_non_null(at);
+    while (at > buf && at[-1] != '\n')
+        at--;
+    assert_int_equal(sscanf(at, "%u  n-ary (ad_dot): the %u", &hdr, &count), 2);
+    assert_true(count >= 1);
+    capture(ad_tape_dot, buf, sizeof buf);
+    char node[32];
+    for (unsigned k = 1; k <= count; k++) {
+        snprintf(node, sizeof node, "  n%u [", hdr - k);
+        assert_null(strstr(buf, node));
+    }
+    snprintf(node, sizeof node, "  n%u [", hdr);
+    assert_non_null(strstr(buf, node));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dot_draws_slots_as_edges),
         cmocka_unit_test(test_fault_named),
         cmocka_unit_test(test_off_by_default),
         cmocka_unit_test(test_every_driver),

@@ -5,45 +5,19 @@
 
 #define BLOCK_ALIGN 16
 
-/* The rules' scratch, per tape, reserved as blocks are recorded so that
- * sweeps never allocate. */
-typedef struct scratch {
-    double *work;
-    size_t work_cap;
-    unsigned char *flags;
-    size_t flags_cap;
-} scratch;
-
 static void scratch_free(void *state)
 {
-    scratch *sc = state;
+    ad_block_scratch *sc = state;
     ad_free(sc->work);
     ad_free(sc->flags);
 }
 
-static const ad_tenant tenant = {sizeof(scratch), scratch_free};
-
-/* Made by ad_block_new before any block is swept. */
-static scratch *scratch_of(const ad_tape *t)
-{
-    return ad_tape_state_if(t, &tenant);
-}
-
-double *ad_block_work(const ad_tape *t)
-{
-    return scratch_of(t)->work;
-}
-
-unsigned char *ad_block_flags(const ad_tape *t)
-{
-    return scratch_of(t)->flags;
-}
+const ad_tenant ad_block_tenant = {sizeof(ad_block_scratch), scratch_free};
 
 int ad_block_reserve(ad_tape *t, size_t doubles)
 {
-    scratch *sc = ad_tape_state(t, &tenant);
-    if (sc && (doubles <= sc->work_cap ||
-               ad_reserve((void **)&sc->work, &sc->work_cap, doubles, sizeof *sc->work) == AD_OK))
+    ad_block_scratch *sc = ad_tape_state(t, &ad_block_tenant);
+    if (sc && ad_reserve((void **)&sc->work, &sc->work_cap, doubles, sizeof *sc->work) == AD_OK)
         return 1;
     ad_tape_fail(t, AD_ENOMEM);
     return 0;
@@ -52,10 +26,9 @@ int ad_block_reserve(ad_tape *t, size_t doubles)
 /* Work and flags for a block of `count` outputs and arguments. */
 static int reserve_scratch(ad_tape *t, size_t count)
 {
-    if (!ad_block_reserve(t, count))
-        return 0;
-    scratch *sc = scratch_of(t);
-    if (count <= sc->flags_cap || ad_reserve((void **)&sc->flags, &sc->flags_cap, count, 1) == AD_OK)
+    ad_block_scratch *sc = ad_tape_state(t, &ad_block_tenant);
+    if (sc && ad_reserve((void **)&sc->work, &sc->work_cap, count, sizeof *sc->work) == AD_OK &&
+        ad_reserve((void **)&sc->flags, &sc->flags_cap, count, 1) == AD_OK)
         return 1;
     ad_tape_fail(t, AD_ENOMEM);
     return 0;

@@ -90,16 +90,39 @@ AD_HIDDEN void ad_block_second(const ad_tape *t, const ad__record *r, uint32_t h
  * resolve: returns the argument cotangents (t's work array). */
 AD_HIDDEN const double *ad_block_pullback(const ad_tape *t, const ad_block *b, const double *ybar);
 
+/* The rules' scratch, per tape (a tenant of block.c), reserved as blocks
+ * are recorded so that sweeps never allocate. */
+typedef struct ad_block_scratch {
+    double *work;
+    size_t work_cap;
+    unsigned char *flags;
+    size_t flags_cap;
+} ad_block_scratch;
+
+AD_HIDDEN extern const ad_tenant ad_block_tenant;
+
+/* Made by ad_block_new (or ad_block_reserve) before any rule runs. */
+static inline ad_block_scratch *ad_block_scratch_of(const ad_tape *t)
+{
+    return ad_tape_state_if(t, &ad_block_tenant);
+}
+
 /* The rules' work array: as many doubles as the largest block has outputs
  * and arguments, or as ad_block_reserve asked for; anything between uses. */
-AD_HIDDEN double *ad_block_work(const ad_tape *t);
+static inline double *ad_block_work(const ad_tape *t)
+{
+    return ad_block_scratch_of(t)->work;
+}
 
 /* Room for `doubles` in the work array, for a rule that needs more (a
  * recording's, which fails with AD_ENOMEM and returns 0 if there is none). */
 AD_HIDDEN int ad_block_reserve(ad_tape *t, size_t doubles);
 
 /* Flags for the outputs, then for the arguments (sparse.c, with reach). */
-AD_HIDDEN unsigned char *ad_block_flags(const ad_tape *t);
+static inline unsigned char *ad_block_flags(const ad_tape *t)
+{
+    return ad_block_scratch_of(t)->flags;
+}
 
 /* The work array, holding the outputs' cotangents for ad_block_pullback. */
 static inline double *ad_block_ybar(const ad_tape *t)

@@ -33,12 +33,12 @@ typedef struct product {
     ad_block base;
     size_t mat;      /* offset of the matrix block */
     size_t prev;     /* the product with the same matrix before this one, or NONE */
+    int waiting;     /* ybar below waits for the matrix block (prod_reverse); read with prev */
     size_t rows, cols;
     uint32_t entry0; /* the matrix's first entry ID (= base.run) */
     int shape;
     int x_active;
     int norm;        /* one output, |M x|^2 */
-    int waiting;     /* ybar below waits for the matrix block (prod_reverse) */
     /* then: double x[cols], ybar[rows], y[rows] if norm; uint32_t ids[cols] if x_active */
 } product;
 

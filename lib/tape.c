@@ -62,22 +62,20 @@ static ad_status add_chunks(void ***chunks, size_t *n, size_t *cap, size_t bytes
     return AD_OK;
 }
 
-void *ad_tape_state(ad_tape *t, const ad_tenant *who)
+void *ad_tape_state_new(ad_tape *t, const ad_tenant *who)
 {
     int i = 0;
-    while (i < AD_TENANTS && t->tenant[i].who && t->tenant[i].who != who)
+    while (i < AD_TENANTS && t->tenant[i].who)
         i++;
     if (i == AD_TENANTS)
         return NULL;  /* more tenants than AD_TENANTS: raise it */
-    if (!t->tenant[i].who) {
-        void *state = ad_alloc(who->size);
-        if (!state)
-            return NULL;
-        memset(state, 0, who->size);
-        t->tenant[i].who = who;
-        t->tenant[i].state = state;
-    }
-    return t->tenant[i].state;
+    void *state = ad_alloc(who->size);
+    if (!state)
+        return NULL;
+    memset(state, 0, who->size);
+    t->tenant[i].who = who;
+    t->tenant[i].state = state;
+    return state;
 }
 
 static void free_tenants(ad_tape *t)

@@ -101,18 +101,25 @@ typedef struct ad_tape {
     } tenant[AD_TENANTS];     /* ad_tape_state */
 } ad_tape;
 
-/* t's state of the tenant `who`: made (zeroed) on first use, then the
- * same until t is freed; NULL if it cannot be had. */
-AD_HIDDEN void *ad_tape_state(ad_tape *t, const ad_tenant *who);
-
-/* The same, but NULL where the tenant has no state on t yet (for sweeps,
- * which read what the recording or the driver made). */
+/* t's state of the tenant `who`, or NULL where the tenant has no state on
+ * t yet (for sweeps, which read what the recording or the driver made). */
 static inline void *ad_tape_state_if(const ad_tape *t, const ad_tenant *who)
 {
     for (int i = 0; i < AD_TENANTS && t->tenant[i].who; i++)
         if (t->tenant[i].who == who)
             return t->tenant[i].state;
     return NULL;
+}
+
+/* tape.c: the state made, zeroed; NULL if it cannot be had. */
+AD_HIDDEN void *ad_tape_state_new(ad_tape *t, const ad_tenant *who);
+
+/* t's state of the tenant `who`: made on first use, then the same until t
+ * is freed; NULL if it cannot be had. */
+static inline void *ad_tape_state(ad_tape *t, const ad_tenant *who)
+{
+    void *state = ad_tape_state_if(t, who);
+    return state ? state : ad_tape_state_new(t, who);
 }
 
 /* Drivers with per-thread state (ad_thread_cleanup). */

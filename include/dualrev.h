@@ -168,6 +168,15 @@ typedef struct ad_csr {
  * records it reaches. */
 AD_API ad_status ad_sparse_jacobian(ad_function f, void *ctx, size_t n, const double *x,
                                     size_t m, double *y, ad_csr *J);
+/* f(x), its gradient, and the lower triangle (col <= row) of its n x n
+ * Hessian as CSR with columns ascending.  The structure is every pair of
+ * inputs the recording's nonlinear interactions reach, even where the value
+ * is 0 at x.  One second-order recording and one reverse sweep (edge
+ * pushing), in time proportional to the records and the interactions.
+ * AD_ENOTSUP on a tape with an external function or a recorded matrix
+ * (no edge-pushing rule yet).  Free H with ad_csr_free. */
+AD_API ad_status ad_sparse_hessian(ad_objective f, void *ctx, size_t n, const double *x,
+                                   double *fx, double *grad, ad_csr *H);
 /* Frees J's arrays and zeroes J.  The arrays are kept, for the calling
  * thread's next ad_sparse_jacobian to take over, until the thread frees
  * another Jacobian, calls ad_release() or exits. */

@@ -136,6 +136,34 @@ static ad_aux second_partials(int op, double x, double y, double v, double wa,
     return binary(op, x, y, v, wa, wb);
 }
 
+/* A second partial the operation has at every point, written -0 where it
+ * is 0 at this one; one it never has, +0.  The sparse Hessian takes the
+ * sign bit for structure (an interaction that is 0 only here is still one);
+ * every other reader takes -0 as 0. */
+static double mark(int has, double h)
+{
+    return !has ? 0.0 : h == 0.0 ? -0.0 : h;
+}
+
+/* Which second partials an operation of two arguments, or of one (then
+ * aa), has: a power of a constant exponent 0 or 1, or of base 1, has none. */
+static ad_aux structure(int op, double y, ad_aux h)
+{
+    int aa = 1, ab = 0, bb = 0;
+    if (op == AD__OP_DIV)
+        aa = 0, ab = bb = 1;
+    else if (op == AD__OP_POW || op == AD__OP_ATAN2 || op == AD__OP_HYPOT)
+        ab = bb = 1;
+    else if (op == AD__OP_POW_RD)
+        aa = y != 0.0 && y != 1.0;
+    else if (op == AD__OP_POW_DR)
+        aa = y != 1.0;
+    h.aa = mark(aa, h.aa);
+    h.ab = mark(ab, h.ab);
+    h.bb = mark(bb, h.bb);
+    return h;
+}
+
 /* The hook: the record's second partials into its side entry.  Not a
  * running pointer: n-ary slots advance the cursor without the hooks. */
 static uint32_t take(ad_tape *t, int i, uint32_t a, double wa, uint32_t b, double wb, int op,
@@ -149,7 +177,7 @@ static uint32_t take(ad_tape *t, int i, uint32_t a, double wa, uint32_t b, doubl
     if (op == AD__OP_MUL)
         h.ab = a && b ? 1.0 : 0.0;
     else if (op >= AD__OP_CURVED)
-        h = second_partials(op, x, y, v, wa, wb);
+        h = structure(op, y, second_partials(op, x, y, v, wa, wb));
     /* A constant's tangent is 0, but 0 x Inf would still make NaN. */
     if (!a)
         h.aa = h.ab = 0.0;

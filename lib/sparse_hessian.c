@@ -1,0 +1,402 @@
+/* dualrev: sparse Hessians by edge pushing (Gower and Mello 2012).
+ *
+ * One second-order recording, then one reverse sweep that carries, beside
+ * each cotangent, the symmetric weights W of the nonlinear interactions
+ * between live IDs.  Taking records from the highest ID down, record i =
+ * phi(args), with first partials g and second partials h:
+ *   pushes each interaction {i, p} onto its arguments: W_jp += g_j W_ip,
+ *     and its own W_ii onto their pairs: W_jk += g_j g_k W_ii;
+ *   creates its own: W_jk += z h_jk, z its cotangent;
+ *   passes its cotangent on: z_j += z g_j.
+ * W is the Hessian once only the inputs are left.  This is the staged
+ * resolve of the dual-numbers paper (section 6) at second order: an
+ * interaction {j, k} waits in the row of the larger ID, and the rows are
+ * taken from the highest down, each once, when every contribution to it
+ * has arrived.  A row is a list of entries, appended as they come and
+ * merged when the row is taken, so that the cost is the records plus the
+ * interactions pushed, never n sweeps.
+ *
+ * W is symmetric and kept as one entry per unordered pair: adding v to
+ * W_jk and to W_kj is one entry's v, or 2v on the diagonal (j == k).
+ * Structure: an interaction is kept even when its weight is 0 at x, as
+ * second.c marks a second partial that is 0 only here. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "recording.h"
+#include "second.h"
+#include "sparse.h"
+#include "status.h"
+#include "walk.h"
+
+/* One entry of a row: W_{row, col} += w.  Indices into the pool; 0 ends a
+ * list. */
+typedef struct entry {
+    uint32_t col, next;
+    double w;
+} entry;
+
+/* The sweep's arrays, kept per tape between calls. */
+typedef struct pairs {
+    entry *pool;             /* entry 0 unused */
+    size_t used, pool_cap;
+    uint32_t free;           /* entries of rows already taken, for reuse */
+    uint32_t *head;          /* per ID: its row's latest entry */
+    double *acc;             /* per ID: the merged weight in the row being taken */
+    uint32_t *seen;          /* per ID: 1 + the row that last merged it */
+    uint64_t *reached;       /* per ID: a bit, set once the ID's cotangent is reached */
+    size_t ids_cap, seen_cap, acc_cap, reached_cap;
+    uint32_t *cols;          /* the row being taken: its columns */
+    size_t cols_cap;
+    uint32_t *arg;           /* an n-ary record's arguments, their partials, values */
+    double *g, *x;
+    size_t arg_cap, g_cap, x_cap;
+    ad_status status;
+} pairs;
+
+static void pairs_free(void *state)
+{
+    pairs *ps = state;
+    ad_free(ps->pool);
+    ad_free(ps->head);
+    ad_free(ps->acc);
+    ad_free(ps->seen);
+    ad_free(ps->reached);
+    ad_free(ps->cols);
+    ad_free(ps->arg);
+    ad_free(ps->g);
+    ad_free(ps->x);
+}
+
+static const ad_tenant tenant = {sizeof(pairs), pairs_free};
+
+/* ---- the rows ---- */
+
+static uint32_t new_entry(pairs *ps)
+{
+    if (ps->free) {
+        uint32_t e = ps->free;
+        ps->free = ps->pool[e].next;
+        return e;
+    }
+    if (ps->used == UINT32_MAX ||
+        ad_grow((void **)&ps->pool, &ps->pool_cap, ps->used + 1, sizeof *ps->pool, ps->used) !=
+            AD_OK) {
+        ps->status = AD_ENOMEM;
+        return 0;
+    }
+    return (uint32_t)ps->used++;
+}
+
+/* W_jk += v, one entry for the unordered pair; nothing for a constant. */
+static void add(pairs *ps, uint32_t j, uint32_t k, double v)
+{
+    if (!j || !k)
+        return;
+    uint32_t row = j > k ? j : k, e = new_entry(ps);
+    if (!e)
+        return;
+    ps->pool[e] = (entry){j > k ? k : j, ps->head[row], v};
+    ps->head[row] = e;
+}
+
+/* W_jk += v and W_kj += v. */
+static void add_both(pairs *ps, uint32_t j, uint32_t k, double v)
+{
+    add(ps, j, k, j == k ? 2.0 * v : v);
+}
+
+static void reach(pairs *ps, uint32_t id)
+{
+    ps->reached[id >> 6] |= (uint64_t)1 << (id & 63);
+}
+
+static int is_reached(const pairs *ps, uint32_t id)
+{
+    return (int)(ps->reached[id >> 6] >> (id & 63) & 1);
+}
+
+/* Row i's entries merged, one per column, into ps->cols and ps->acc; its
+ * list's entries go back to the pool.  Returns how many columns. */
+static size_t take_row(pairs *ps, uint32_t i)
+{
+    size_t n = 0;
+    uint32_t e = ps->head[i];
+    ps->head[i] = 0;
+    while (e) {
+        entry *p = &ps->pool[e];
+        uint32_t c = p->col, next = p->next;
+        if (ps->seen[c] != i + 1) {
+            ps->seen[c] = i + 1;
+            ps->acc[c] = p->w;
+            if (n == ps->cols_cap &&
+                ad_grow((void **)&ps->cols, &ps->cols_cap, n + 1, sizeof *ps->cols, n) != AD_OK) {
+                ps->status = AD_ENOMEM;
+                return n;
+            }
+            ps->cols[n++] = c;
+        } else {
+            ps->acc[c] += p->w;
+        }
+        p->next = ps->free;
+        ps->free = e;
+        e = next;
+    }
+    return n;
+}
+
+/* ---- one record ---- */
+
+/* Row i (n columns, taken) pushed onto arguments arg[0..k) of first
+ * partials g. */
+static void push(pairs *ps, uint32_t i, size_t n, const uint32_t *arg, const double *g, size_t k)
+{
+    for (size_t q = 0; q < n; q++) {
+        uint32_t p = ps->cols[q];
+        double w = ps->acc[p];
+        if (p != i) {
+            for (size_t j = 0; j < k; j++)
+                add_both(ps, arg[j], p, g[j] * w);
+            continue;
+        }
+        for (size_t j = 0; j < k; j++) {  /* W_ii onto every pair of arguments */
+            add(ps, arg[j], arg[j], g[j] * g[j] * w);
+            for (size_t l = j + 1; l < k; l++)
+                add_both(ps, arg[j], arg[l], g[j] * g[l] * w);
+        }
+    }
+}
+
+/* Cotangent z passed on to the arguments, which are reached. */
+static void pass(pairs *ps, double *adj, double z, const uint32_t *arg, const double *g, size_t k)
+{
+    for (size_t j = 0; j < k; j++)
+        if (arg[j]) {
+            adj[arg[j]] += z * g[j];
+            reach(ps, arg[j]);
+        }
+}
+
+/* Whether a second partial is there (second.c writes -0 for one that is 0
+ * only at this point). */
+static int has(double h)
+{
+    uint64_t bits;
+    memcpy(&bits, &h, sizeof bits);
+    return bits != 0;
+}
+
+static void ordinary(pairs *ps, double *adj, uint32_t i, const ad__record *r, const ad_aux *h)
+{
+    uint32_t arg[2] = {r->a, r->b};
+    double g[2] = {r->wa, r->wb}, z = adj[i];
+    push(ps, i, take_row(ps, i), arg, g, 2);
+    if (has(h->aa))
+        add(ps, r->a, r->a, z * h->aa);
+    if (has(h->ab))
+        add_both(ps, r->a, r->b, z * h->ab);
+    if (has(h->bb))
+        add(ps, r->b, r->b, z * h->bb);
+    pass(ps, adj, z, arg, g, 2);
+}
+
+/* ---- n-ary records ---- */
+
+/* An n-ary record's active arguments, their partials and (for ad_prod,
+ * from the slots' second-order entries) their values, in order. */
+static size_t gather(pairs *ps, const ad_tape *t, uint32_t hid, uint32_t count)
+{
+    size_t need = 2 * (size_t)count;
+    if (ad_reserve((void **)&ps->arg, &ps->arg_cap, need, sizeof *ps->arg) != AD_OK ||
+        ad_reserve((void **)&ps->g, &ps->g_cap, need, sizeof *ps->g) != AD_OK ||
+        ad_reserve((void **)&ps->x, &ps->x_cap, need + 1, sizeof *ps->x) != AD_OK) {
+        ps->status = AD_ENOMEM;
+        return 0;
+    }
+    size_t k = 0;
+    for (uint32_t s = hid - count; s < hid; s++) {
+        const ad__record *r = ad_tape_record(t, s);
+        const ad_aux *v = ad_tape_aux(t, s);
+        uint32_t a[2] = {r->a, r->b};
+        double w[2] = {r->wa, r->wb}, x[2] = {v->aa, v->bb};
+        for (int q = 0; q < 2; q++)
+            if (a[q]) {
+                ps->arg[k] = a[q];
+                ps->g[k] = w[q];
+                ps->x[k++] = x[q];
+            }
+    }
+    return k;
+}
+
+/* The product of x[0..k) but x[j] and x[l] (j < l), times c. */
+static double prod_but(const double *x, size_t k, size_t j, size_t l, double c)
+{
+    for (size_t m = 0; m < k; m++)
+        if (m != j && m != l)
+            c *= x[m];
+    return c;
+}
+
+/* The second partials of an n-ary kind, weighted by z (hessian.c has the
+ * same rules as tangents). */
+static void create_nary(pairs *ps, const ad_tape *t, uint32_t hid, uint32_t count, int kind,
+                        double z, size_t k)
+{
+    const uint32_t *arg = ps->arg;
+    const double *g = ps->g;
+    if (kind == AD__NARY_DOT) {  /* 1 between the two arguments of a slot */
+        for (uint32_t s = hid - count; s < hid; s++) {
+            const ad__record *r = ad_tape_record(t, s);
+            if (r->a && r->b)
+                add_both(ps, r->a, r->b, z);
+        }
+    } else if (kind == AD__NARY_SQNORM) {
+        for (size_t j = 0; j < k; j++)
+            add(ps, arg[j], arg[j], 2.0 * z);
+    } else if (kind == AD__NARY_LSE) {  /* softmax s = g: diag(s) - s s^T */
+        for (size_t j = 0; j < k; j++) {
+            add(ps, arg[j], arg[j], z * g[j] * (1.0 - g[j]));
+            for (size_t l = j + 1; l < k; l++)
+                add_both(ps, arg[j], arg[l], -z * g[j] * g[l]);
+        }
+    } else if (kind == AD__NARY_PROD) {  /* C times the product of the others */
+        double c = ad_tape_aux(t, hid)->aa;
+        for (size_t j = 0; j < k; j++)
+            for (size_t l = j + 1; l < k; l++)
+                add_both(ps, arg[j], arg[l], z * prod_but(ps->x, k, j, l, c));
+    }
+}
+
+static void nary(pairs *ps, const ad_tape *t, double *adj, uint32_t hid, const ad__record *hdr)
+{
+    uint32_t count = hdr->a;
+    double z = adj[hid];
+    size_t k = gather(ps, t, hid, count);
+    if (ps->status != AD_OK)
+        return;
+    push(ps, hid, take_row(ps, hid), ps->arg, ps->g, k);
+    create_nary(ps, t, hid, count, (int)hdr->wa, z, k);
+    pass(ps, adj, z, ps->arg, ps->g, k);
+}
+
+/* ---- the sweep ---- */
+
+static ad_status reserve(pairs *ps, uint32_t top)
+{
+    size_t ids = (size_t)top + 1, words = ((size_t)top >> 6) + 1;
+    if (ad_reserve((void **)&ps->head, &ps->ids_cap, ids, sizeof *ps->head) != AD_OK ||
+        ad_reserve((void **)&ps->seen, &ps->seen_cap, ids, sizeof *ps->seen) != AD_OK ||
+        ad_reserve((void **)&ps->acc, &ps->acc_cap, ids, sizeof *ps->acc) != AD_OK ||
+        ad_reserve((void **)&ps->reached, &ps->reached_cap, words, sizeof *ps->reached) != AD_OK ||
+        ad_reserve((void **)&ps->pool, &ps->pool_cap, 1024, sizeof *ps->pool) != AD_OK)
+        return AD_ENOMEM;
+    memset(ps->head, 0, ids * sizeof *ps->head);
+    memset(ps->seen, 0, ids * sizeof *ps->seen);
+    memset(ps->reached, 0, words * sizeof *ps->reached);
+    ps->used = 1;
+    ps->free = 0;
+    ps->status = AD_OK;
+    return AD_OK;
+}
+
+/* The sweep from the objective's ID down: W left in the inputs' rows,
+ * the gradient in adj. */
+static ad_status sweep(pairs *ps, const ad_tape *t, double *adj, uint32_t top)
+{
+    uint32_t out = t->outputs[0].id;
+    adj[out] = 1.0;
+    if (out)
+        reach(ps, out);
+    unsigned char *const *aux = ad_tape_side(t, &ad_second_mode)->chunks;
+    ad_walk w = ad_walk_down_from(t, top);
+    for (int kind; ps->status == AD_OK && (kind = ad_walk_down(&w)) != AD_WALK_END;) {
+        if (kind == AD_WALK_RUN) {
+            const ad__record *r = w.r - 1;
+            uint32_t i = w.id - 1;
+            ad_walk_stop(&w, r, i);
+            if (is_reached(ps, i))
+                ordinary(ps, adj, i, r, (const ad_aux *)(const void *)aux[w.c] + (r - w.base));
+        } else if (kind == AD_WALK_NARY) {
+            if (is_reached(ps, w.hid))
+                nary(ps, t, adj, w.hid, w.hdr);
+        } else {
+            return AD_ENOTSUP;  /* blocks have no edge-pushing rule yet */
+        }
+    }
+    return ps->status;
+}
+
+static int by_col(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* H's lower triangle from the inputs' rows, columns ascending. */
+static ad_status assemble(pairs *ps, size_t n, ad_csr *H)
+{
+    ad_csr_out o = {H, 0};
+    H->rows = H->cols = n;
+    if (!ad_csr_start(&o, n, n))
+        return AD_ENOMEM;
+    H->nnz = 0;
+    for (uint32_t r = 1; r <= n; r++) {
+        H->row_ptr[r - 1] = H->nnz;
+        size_t k = take_row(ps, r);
+        if (ps->status != AD_OK)
+            return ps->status;
+        qsort(ps->cols, k, sizeof *ps->cols, by_col);
+        if (!ad_csr_room(&o, H->nnz + k))
+            return AD_ENOMEM;
+        for (size_t q = 0; q < k; q++) {
+            H->col[H->nnz] = ps->cols[q] - 1;
+            H->val[H->nnz++] = ps->acc[ps->cols[q]];
+        }
+    }
+    H->row_ptr[n] = H->nnz;
+    return o.cap - H->nnz > H->nnz / 4 && !ad_csr_trim(&o) ? AD_ENOMEM : AD_OK;
+}
+
+static ad_status hessian(ad_tape *t, size_t n, double *grad, ad_csr *H)
+{
+    if (t->traits & AD_TRAIT_NO_SECOND)
+        return AD_ENOTSUP;
+    uint32_t top = ad_outputs_top(t, 1);
+    pairs *ps = ad_tape_state(t, &tenant);
+    ad_status s = ps ? reserve(ps, top) : AD_ENOMEM;
+    if (s == AD_OK)
+        s = ad_tape_borrow_adjoints(t, (size_t)top + 1);
+    if (s != AD_OK)
+        return s;
+    memset(t->adj, 0, ((size_t)top + 1) * sizeof *t->adj);
+    s = sweep(ps, t, t->adj, top);
+    if (s == AD_OK)
+        s = assemble(ps, n, H);
+    if (s == AD_OK && n)
+        memcpy(grad, t->adj + 1, n * sizeof *grad);
+    return s;
+}
+
+ad_status ad_sparse_hessian(ad_objective f, void *ctx, size_t n, const double *x, double *fx,
+                            double *grad, ad_csr *H)
+{
+    ad_tape *t = ad_thread_tape();
+    ad_status s = AD_EINVAL;
+    if (H)
+        memset(H, 0, sizeof *H);
+    if (!f || !fx || !H || (n && (!x || !grad)))
+        goto fail;
+    s = ad_record_objective(t, f, ctx, n, x, 1);
+    if (s == AD_OK)
+        s = hessian(t, n, grad, H);
+    if (s != AD_OK)
+        goto fail;
+    ad_read_outputs(t, 1, fx);
+    return AD_OK;
+fail:
+    ad_csr_free(H);
+    ad_fill_nan(fx, 1);
+    ad_fill_nan(grad, n);
+    return s;
+}

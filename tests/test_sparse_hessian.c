@@ -296,6 +296,67 @@ static void test_structure_without_values(void **state)
     assert_int_equal(check_hessian(no_curvature, NULL, 4, x1, w), 0);
 }
 
+/* ---- conditional expressions ---- */
+
+/* x0 < x1 ? x2 x3 : x4^3 (lt), x0 <= x1 (le), x0 == x1 (eq): the
+ * structure of both branches, (3,2) and (4,4), at every point. */
+static ad_real selected(const ad_real *x, size_t n, void *ctx)
+{
+    const int *which = ctx;
+    ad_real t = ad_mul(x[2], x[3]), f = ad_mul(x[4], ad_mul(x[4], x[4]));
+    (void)n;
+    switch (*which) {
+    case 0: return ad_select_lt(x[0], x[1], t, f);
+    case 1: return ad_select_le(x[0], x[1], t, f);
+    default: return ad_select_eq(x[0], x[1], t, f);
+    }
+}
+
+/* The same as two outputs, for the Jacobian's structure. */
+static void selected_vec(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
+{
+    (void)m;
+    y[0] = selected(x, n, ctx);
+    y[1] = ad_mul(x[0], x[1]);
+}
+
+static void test_select(void **state)
+{
+    /* lt: true, false; le: true at a tie; eq: true at a tie, false */
+    static const struct {
+        int which;
+        double x0, x1;
+        int taken;
+    } cases[] = {{0, 1.0, 2.0, 1}, {0, 2.0, 1.0, 0}, {0, 2.0, 2.0, 0}, {1, 2.0, 2.0, 1},
+                 {1, 3.0, 2.0, 0}, {2, 2.0, 2.0, 1}, {2, 1.0, 2.0, 0}, {0, NAN, 2.0, 0},
+                 {1, 1.0, NAN, 0}};
+    unsigned char w[25] = {0};
+    (void)state;
+    w[3 * 5 + 2] = w[4 * 5 + 4] = 1;
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        int which = cases[k].which, taken = cases[k].taken;
+        const double x[5] = {cases[k].x0, cases[k].x1, 1.5, -0.5, 2.0};
+        double fx, g[5], y[2];
+        assert_int_equal(ad_gradient(selected, &which, 5, x, &fx, g), AD_OK);
+        assert_same(fx, taken ? 1.5 * -0.5 : 8.0);
+        const double want[5] = {0.0, 0.0, taken ? -0.5 : 0.0, taken ? 1.5 : 0.0,
+                                taken ? 0.0 : 12.0};
+        for (int i = 0; i < 5; i++)
+            assert_same(g[i], want[i]);
+        if (x[0] == x[0] && x[1] == x[1])  /* the dense Hessian is NaN-free */
+            check_hessian(selected, &which, 5, x, w);
+        ad_csr J;
+        assert_int_equal(ad_sparse_jacobian(selected_vec, &which, 5, x, 2, y, &J), AD_OK);
+        assert_int_equal(J.row_ptr[1], 3);  /* row 0: columns 2, 3, 4, both branches */
+        assert_int_equal(J.col[0], 2);
+        assert_int_equal(J.col[1], 3);
+        assert_int_equal(J.col[2], 4);
+        for (size_t e = 0; e < 3; e++)
+            assert_same(J.val[e], want[J.col[e]]);
+        ad_csr_free(&J);
+    }
+}
+
 /* ---- random functions over every operation ---- */
 
 typedef struct term {
@@ -559,6 +620,7 @@ int main(void)
         cmocka_unit_test(test_known_structures),
         cmocka_unit_test(test_primitives),
         cmocka_unit_test(test_structure_without_values),
+        cmocka_unit_test(test_select),
         cmocka_unit_test(test_random_functions),
         cmocka_unit_test(test_small),
         cmocka_unit_test(test_errors),

@@ -233,6 +233,33 @@ static inline ad_real ad_fmax_rr(ad_real a, ad_real b)
     return ad__rec2(fmax(a.v, b.v), a, w, b, 1.0 - w, AD__OP_FMAX);
 }
 
+/* Conditional expressions whose structure does not move with x: the value
+ * is t where the condition holds, else f, and the derivative flows to that
+ * one only, but both t and f are the record's arguments, so that a sparse
+ * Jacobian or Hessian read off the tape has both branches' structure at
+ * every x.  The condition's operands l and r have no derivative (a NaN
+ * makes lt and le false, eq false).  docs/conventions.md, "Conditional
+ * expressions". */
+static inline ad_real ad__select(int c, ad_real t, ad_real f)
+{
+    return ad__rec2(c ? t.v : f.v, t, c ? 1.0 : 0.0, f, c ? 0.0 : 1.0, AD__OP_SELECT);
+}
+
+static inline ad_real ad_select_lt(ad_real l, ad_real r, ad_real t, ad_real f)
+{
+    return ad__select(l.v < r.v, t, f);
+}
+
+static inline ad_real ad_select_le(ad_real l, ad_real r, ad_real t, ad_real f)
+{
+    return ad__select(l.v <= r.v, t, f);
+}
+
+static inline ad_real ad_select_eq(ad_real l, ad_real r, ad_real t, ad_real f)
+{
+    return ad__select(l.v == r.v, t, f);
+}
+
 /* The mixed forms: a constant argument is an ad_real with ID 0, which the
  * inlined recorder folds away (one record, one live argument).  pow has its
  * own mixed forms above, to skip the log() a constant exponent never needs. */

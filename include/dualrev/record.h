@@ -122,7 +122,7 @@ extern AD_API AD__THREAD_LOCAL ad__cursor *ad__active;
  * passes a constant.  Those before AD__OP_CURVED have no second partials. */
 enum {
     AD__OP_LINEAR, AD__OP_ADD, AD__OP_SUB, AD__OP_NEG, AD__OP_FABS, AD__OP_FMIN, AD__OP_FMAX,
-    AD__OP_AXPY, AD__OP_NARY, AD__OP_BLOCK, AD__OP_OUT,
+    AD__OP_AXPY, AD__OP_NARY, AD__OP_BLOCK, AD__OP_OUT, AD__OP_SELECT,
     AD__OP_MUL, AD__OP_DIV, AD__OP_POW, AD__OP_POW_RD, AD__OP_POW_DR, AD__OP_ATAN2,
     AD__OP_HYPOT, AD__OP_SQRT, AD__OP_CBRT, AD__OP_EXP, AD__OP_EXPM1, AD__OP_LOG,
     AD__OP_LOG1P, AD__OP_LOG2, AD__OP_LOG10, AD__OP_SIN, AD__OP_COS, AD__OP_TAN,

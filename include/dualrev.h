@@ -68,7 +68,8 @@ typedef enum ad_status {
     AD_EFOREIGN,  /* a value from another recording was used (or returned) */
     AD_EBUSY,     /* the call is not allowed while a recording is active */
     AD_ENOTSUP,   /* a record on the tape has no rule for this sweep */
-    AD_ENONFINITE /* AD_CHECK_FINITE: a number became Inf or NaN from finite ones (ad_last_fault) */
+    AD_ENONFINITE, /* AD_CHECK_FINITE: a number became Inf or NaN from finite ones (ad_last_fault) */
+    AD_ESTRUCTURE  /* x reaches a pair outside the structure fixed by an earlier call */
 } ad_status;
 
 /* How deeply ad_gradient calls may nest inside objectives on one thread. */
@@ -177,6 +178,13 @@ AD_API ad_status ad_sparse_jacobian(ad_function f, void *ctx, size_t n, const do
  * (no edge-pushing rule yet).  Free H with ad_csr_free. */
 AD_API ad_status ad_sparse_hessian(ad_objective f, void *ctx, size_t n, const double *x,
                                    double *fx, double *grad, ad_csr *H);
+/* The same Hessian's values at x written into the structure H already has
+ * (from ad_sparse_hessian at another point: an optimiser's fixed
+ * structure), H->val[k] for entry k; a pair of it that x does not reach
+ * gets 0.  AD_ESTRUCTURE if x reaches a pair outside it (f branches
+ * differently here: ad_select_lt keeps both branches); H->val is then NaN. */
+AD_API ad_status ad_sparse_hessian_values(ad_objective f, void *ctx, size_t n, const double *x,
+                                          double *fx, double *grad, ad_csr *H);
 /* Frees J's arrays and zeroes J.  The arrays are kept, for the calling
  * thread's next ad_sparse_jacobian to take over, until the thread frees
  * another Jacobian, calls ad_release() or exits. */

@@ -358,7 +358,58 @@ static ad_status assemble(pairs *ps, size_t n, ad_csr *H)
     return o.cap - H->nnz > H->nnz / 4 && !ad_csr_trim(&o) ? AD_ENOMEM : AD_OK;
 }
 
-static ad_status hessian(ad_tape *t, size_t n, double *grad, ad_csr *H)
+/* Whether H is a lower triangle of n rows with columns ascending (the
+ * structure ad_sparse_hessian_values writes into). */
+static int lower_triangle(const ad_csr *H, size_t n)
+{
+    if (H->rows != n || H->cols != n || !H->row_ptr || H->row_ptr[0] != 0 ||
+        H->row_ptr[n] != H->nnz || (H->nnz && (!H->col || !H->val)))
+        return 0;
+    for (size_t r = 0; r < n; r++) {
+        if (H->row_ptr[r] > H->row_ptr[r + 1] || H->row_ptr[r + 1] > H->nnz)
+            return 0;
+        for (size_t k = H->row_ptr[r]; k < H->row_ptr[r + 1]; k++)
+            if (H->col[k] > r || (k > H->row_ptr[r] && H->col[k] <= H->col[k - 1]))
+                return 0;
+    }
+    return 1;
+}
+
+/* Where column c is in H's row r, or SIZE_MAX. */
+static size_t find(const ad_csr *H, size_t r, size_t c)
+{
+    size_t lo = H->row_ptr[r], hi = H->row_ptr[r + 1];
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (H->col[mid] < c)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < H->row_ptr[r + 1] && H->col[lo] == c ? lo : SIZE_MAX;
+}
+
+/* The inputs' rows written into H's fixed structure. */
+static ad_status scatter(pairs *ps, size_t n, ad_csr *H)
+{
+    memset(H->val, 0, H->nnz * sizeof *H->val);
+    for (uint32_t r = 1; r <= n; r++) {
+        size_t k = take_row(ps, r);
+        if (ps->status != AD_OK)
+            return ps->status;
+        for (size_t q = 0; q < k; q++) {
+            size_t at = find(H, r - 1, ps->cols[q] - 1);
+            if (at == SIZE_MAX)
+                return AD_ESTRUCTURE;
+            H->val[at] = ps->acc[ps->cols[q]];
+        }
+    }
+    return AD_OK;
+}
+
+/* The sweep on the recording t; then H built afresh, or (fixed) its
+ * structure filled. */
+static ad_status hessian(ad_tape *t, size_t n, double *grad, ad_csr *H, int fixed)
 {
     if (t->traits & AD_TRAIT_NO_SECOND)
         return AD_ENOTSUP;
@@ -372,7 +423,7 @@ static ad_status hessian(ad_tape *t, size_t n, double *grad, ad_csr *H)
     memset(t->adj, 0, ((size_t)top + 1) * sizeof *t->adj);
     s = sweep(ps, t, t->adj, top);
     if (s == AD_OK)
-        s = assemble(ps, n, H);
+        s = fixed ? scatter(ps, n, H) : assemble(ps, n, H);
     if (s == AD_OK && n)
         memcpy(grad, t->adj + 1, n * sizeof *grad);
     return s;
@@ -389,13 +440,36 @@ ad_status ad_sparse_hessian(ad_objective f, void *ctx, size_t n, const double *x
         goto fail;
     s = ad_record_objective(t, f, ctx, n, x, 1);
     if (s == AD_OK)
-        s = hessian(t, n, grad, H);
+        s = hessian(t, n, grad, H, 0);
     if (s != AD_OK)
         goto fail;
     ad_read_outputs(t, 1, fx);
     return AD_OK;
 fail:
     ad_csr_free(H);
+    ad_fill_nan(fx, 1);
+    ad_fill_nan(grad, n);
+    return s;
+}
+
+ad_status ad_sparse_hessian_values(ad_objective f, void *ctx, size_t n, const double *x,
+                                   double *fx, double *grad, ad_csr *H)
+{
+    ad_tape *t = ad_thread_tape();
+    ad_status s = AD_EINVAL;
+    int valid = H && lower_triangle(H, n);
+    if (!f || !fx || !valid || (n && (!x || !grad)))
+        goto fail;
+    s = ad_record_objective(t, f, ctx, n, x, 1);
+    if (s == AD_OK)
+        s = hessian(t, n, grad, H, 1);
+    if (s != AD_OK)
+        goto fail;
+    ad_read_outputs(t, 1, fx);
+    return AD_OK;
+fail:
+    if (valid)
+        ad_fill_nan(H->val, H->nnz);
     ad_fill_nan(fx, 1);
     ad_fill_nan(grad, n);
     return s;

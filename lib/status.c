@@ -15,6 +15,7 @@ const char *ad_strerror(ad_status s)
     case AD_EBUSY: return "not allowed while a recording is active on this thread";
     case AD_ENOTSUP: return "an external function on the tape has no rule for this sweep (jvp, or second order)";
     case AD_ENONFINITE: return "a number became Inf or NaN from finite ones (AD_CHECK_FINITE; see ad_last_fault)";
+    case AD_ESTRUCTURE: return "the point reaches a pair outside the structure fixed by an earlier call";
     }
     return "unknown ad_status";
 }

@@ -357,6 +357,68 @@ static void test_select(void **state)
     }
 }
 
+/* ---- values into a fixed structure ---- */
+
+/* A C branch: x0 < x1 ? x2 x3 + x4^3 : x2 x3, or (ctx set) x4^2 alone in
+ * the second branch. */
+static ad_real branching(const ad_real *x, size_t n, void *ctx)
+{
+    const int *other = ctx;
+    ad_real p = ad_mul(x[2], x[3]);
+    (void)n;
+    if (x[0].v < x[1].v)
+        return ad_add(p, ad_mul(x[4], ad_mul(x[4], x[4])));
+    return other && *other ? ad_mul(x[4], x[4]) : p;
+}
+
+static void test_fixed_structure(void **state)
+{
+    const double a[5] = {1.0, 2.0, 1.5, -0.5, 2.0}, b[5] = {2.0, 1.0, 0.5, 3.0, -1.0};
+    double fx, g[5], fy, gy[5];
+    ad_csr H, K;
+    int other = 1;
+    (void)state;
+    /* the structure at a, values at b: the same as the Hessian at b where
+     * b reaches them, 0 at (4, 4), which b does not reach */
+    assert_int_equal(ad_sparse_hessian(branching, NULL, 5, a, &fx, g, &H), AD_OK);
+    assert_int_equal(H.nnz, 2);
+    assert_int_equal(ad_sparse_hessian_values(branching, NULL, 5, b, &fx, g, &H), AD_OK);
+    assert_int_equal(ad_sparse_hessian(branching, NULL, 5, b, &fy, gy, &K), AD_OK);
+    assert_same(fx, fy);
+    for (int i = 0; i < 5; i++)
+        assert_same(g[i], gy[i]);
+    int there;
+    assert_same(entry(&H, 3, 2, &there), entry(&K, 3, 2, &there));
+    assert_same(entry(&H, 4, 4, &there), 0.0);
+    assert_true(there);
+    /* back at a: the values ad_sparse_hessian gives there */
+    assert_int_equal(ad_sparse_hessian_values(branching, NULL, 5, a, &fx, g, &H), AD_OK);
+    assert_same(entry(&H, 4, 4, &there), 6.0 * 2.0);
+    /* a pair outside: AD_ESTRUCTURE, every value NaN */
+    assert_int_equal(ad_sparse_hessian_values(branching, &other, 5, b, &fx, g, &K),
+                     AD_ESTRUCTURE);
+    for (size_t k = 0; k < K.nnz; k++)
+        assert_nan(K.val[k]);
+    assert_nan(fx);
+    assert_nan(g[0]);
+    ad_csr_free(&K);
+    /* not a lower triangle of n rows: AD_EINVAL, H untouched */
+    assert_int_equal(ad_sparse_hessian_values(branching, NULL, 4, a, &fx, g, &H), AD_EINVAL);
+    assert_nan(fx);
+    size_t c = H.col[0];
+    H.col[0] = 4;  /* above the diagonal in row 3 */
+    assert_int_equal(ad_sparse_hessian_values(branching, NULL, 5, a, &fx, g, &H), AD_EINVAL);
+    H.col[0] = c;
+    assert_int_equal(ad_sparse_hessian_values(branching, NULL, 5, a, &fx, g, NULL), AD_EINVAL);
+    assert_int_equal(ad_sparse_hessian_values(NULL, NULL, 5, a, &fx, g, &H), AD_EINVAL);
+    for (size_t k = 0; k < H.nnz; k++)
+        assert_nan(H.val[k]);
+    assert_int_equal(ad_sparse_hessian_values(branching, NULL, 5, a, &fx, g, &H), AD_OK);
+    assert_same(entry(&H, 4, 4, &there), 12.0);
+    ad_csr_free(&H);
+    assert_int_equal(strcmp(ad_strerror(AD_ESTRUCTURE), "unknown ad_status") != 0, 1);
+}
+
 /* ---- random functions over every operation ---- */
 
 typedef struct term {
@@ -621,6 +683,7 @@ int main(void)
         cmocka_unit_test(test_primitives),
         cmocka_unit_test(test_structure_without_values),
         cmocka_unit_test(test_select),
+        cmocka_unit_test(test_fixed_structure),
         cmocka_unit_test(test_random_functions),
         cmocka_unit_test(test_small),
         cmocka_unit_test(test_errors),

@@ -73,4 +73,9 @@ int section_primitives(const bench_ctx *b, size_t max_n);
  * row's check passed. */
 int section_hessian(const bench_ctx *b, size_t max_n);
 
+/* sec_sparse_hessian.c: ad_sparse_hessian and ad_sparse_hessian_values
+ * against ad_gradient on three banded functions, n = 10^3 .. 10^6 (at most
+ * max_n); 1 when every row's check passed. */
+int section_sparse_hessian(const bench_ctx *b, size_t max_n);
+
 #endif

@@ -58,13 +58,14 @@ static void usage(const char *argv0)
             "              hessian.tsv and cache.tsv there\n"
             "  --only primitives  run only the array-primitives section\n"
             "  --only hessian     run only the second-order section (ad_hvp, ad_hessian)\n"
-            "  --only cache       run only GMM's inner loop on tapes of growing size\n",
+            "  --only cache       run only GMM's inner loop on tapes of growing size\n"
+            "  --only sparse-hessian  run only the sparse-Hessian section\n",
             argv0);
     exit(2);
 }
 
 /* --only: one section alone. */
-enum { ONLY_NONE, ONLY_PRIMITIVES, ONLY_HESSIAN, ONLY_CACHE };
+enum { ONLY_NONE, ONLY_PRIMITIVES, ONLY_HESSIAN, ONLY_CACHE, ONLY_SPARSE_HESSIAN };
 
 static void parse(int argc, char **argv, bench_ctx *b, size_t *max_n, int *only)
 {
@@ -87,6 +88,8 @@ static void parse(int argc, char **argv, bench_ctx *b, size_t *max_n, int *only)
             *only = ONLY_HESSIAN;
         else if (!strcmp(a, "--only") && !strcmp(v, "cache"))
             *only = ONLY_CACHE;
+        else if (!strcmp(a, "--only") && !strcmp(v, "sparse-hessian"))
+            *only = ONLY_SPARSE_HESSIAN;
         else
             usage(argv[0]);
     }
@@ -135,6 +138,8 @@ int main(int argc, char **argv)
         return section_primitives(&b, max_n) ? 0 : 1;
     if (only == ONLY_HESSIAN)
         return section_hessian(&b, max_n) ? 0 : 1;
+    if (only == ONLY_SPARSE_HESSIAN)
+        return section_sparse_hessian(&b, max_n) ? 0 : 1;
     size_t np, nt, nc, nm;
     KEEP_UP_TO(cache, max_n, nc);
     if (only == ONLY_CACHE) {
@@ -150,7 +155,8 @@ int main(int argc, char **argv)
     section_targets(&b, programs, np, memory, nm);
     int prims_ok = section_primitives(&b, max_n);
     int hess_ok = section_hessian(&b, max_n);
+    int sparse_hess_ok = section_sparse_hessian(&b, max_n);
     section_cache(&b, cache, nc);
     return all_checked(programs, np) && all_checked(tbad, nt) && all_checked(cache, nc) &&
-                   prims_ok && hess_ok ? 0 : 1;
+                   prims_ok && hess_ok && sparse_hess_ok ? 0 : 1;
 }

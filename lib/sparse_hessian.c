@@ -186,10 +186,40 @@ static int has(double h)
     return bits != 0;
 }
 
+/* Row i pushed onto a lone argument a of partial w, a record with no
+ * second partials (a constant factor or term, a negation): its entries
+ * move to a's pairs as they are, scaled, without being merged first. */
+static void relink(pairs *ps, uint32_t i, uint32_t a, double w)
+{
+    uint32_t e = ps->head[i];
+    ps->head[i] = 0;
+    while (e) {
+        entry *p = &ps->pool[e];
+        uint32_t next = p->next, c = p->col;
+        if (c == i) {
+            c = a;
+            p->w *= w * w;
+        } else {
+            p->w *= c == a ? 2.0 * w : w;
+        }
+        uint32_t row = a > c ? a : c;
+        p->col = a > c ? c : a;
+        p->next = ps->head[row];
+        ps->head[row] = e;
+        e = next;
+    }
+}
+
 static void ordinary(pairs *ps, double *adj, uint32_t i, const ad__record *r, const ad_aux *h)
 {
     uint32_t arg[2] = {r->a, r->b};
     double g[2] = {r->wa, r->wb}, z = adj[i];
+    if ((!r->a || !r->b) && !has(h->aa) && !has(h->ab) && !has(h->bb)) {
+        int q = !r->a;  /* the active one */
+        relink(ps, i, arg[q], g[q]);
+        pass(ps, adj, z, arg, g, 2);
+        return;
+    }
     push(ps, i, take_row(ps, i), arg, g, 2);
     if (has(h->aa))
         add(ps, r->a, r->a, z * h->aa);

@@ -1,0 +1,267 @@
+/* Section 7: sparse Hessians.  ad_sparse_hessian (a new structure each
+ * call) and ad_sparse_hessian_values (an optimiser's fixed structure)
+ * against ad_gradient, side by side, on three CUTEst-style functions
+ * written as a user would: extended Rosenbrock (tridiagonal), ARWHEAD
+ * (arrowhead) and BDQRTIC (a band of four and the last row), n = 10^3 ..
+ * 10^6.  The issue's target: at most 10 gradients, and flat in n.
+ *
+ * Before timing, each row checks the structure's size against the
+ * function's (2n - 1, 2n - 1, 5n - 10 entries) and H v, from the lower
+ * triangle used symmetrically, against ad_hvp along a random v, to the
+ * rounding bound of a sum of n terms; a row that does not pass says FAIL
+ * and is not timed. */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "report.h"
+
+#define TARGET 10.0     /* the issue's: one sparse Hessian <= 10 gradients */
+/* H v against ad_hvp, relative to the largest entry: the bound on a sum of
+ * n terms added in another order (ARWHEAD's and BDQRTIC's last diagonal
+ * entry sums n - 1 of them) */
+#define HV_TOL(n) (4.0 * DBL_EPSILON * (double)(n))
+
+#define TSV_HEADER                                                                      \
+    "objective\tn\trecords\tnnz\tgrad_ns\thess_ns\tvalues_ns\thess_over_grad\t"        \
+    "values_over_grad\ttarget\tcheck"
+
+/* ---- the objectives ---- */
+
+static ad_real rosenbrock(const ad_real *x, size_t n, void *ctx)
+{
+    (void)ctx;
+    ad_real acc = ad_const(0.0);
+    for (size_t i = 0; i + 1 < n; i++) {
+        ad_real t = ad_sub(x[i + 1], ad_mul(x[i], x[i]));
+        ad_real u = ad_sub(1.0, x[i]);
+        acc = ad_add(acc, ad_add(ad_mul(100.0, ad_mul(t, t)), ad_mul(u, u)));
+    }
+    return acc;
+}
+
+/* sum_{i < n-1} (-4 x_i + 3) + (x_i^2 + x_n^2)^2 */
+static ad_real arwhead(const ad_real *x, size_t n, void *ctx)
+{
+    (void)ctx;
+    ad_real acc = ad_const(0.0);
+    for (size_t i = 0; i + 1 < n; i++) {
+        ad_real q = ad_add(ad_mul(x[i], x[i]), ad_mul(x[n - 1], x[n - 1]));
+        acc = ad_add(acc, ad_add(ad_add(ad_mul(-4.0, x[i]), 3.0), ad_mul(q, q)));
+    }
+    return acc;
+}
+
+/* sum_{i < n-4} (-4 x_i + 3)^2 + (x_i^2 + 2 x_{i+1}^2 + 3 x_{i+2}^2
+ * + 4 x_{i+3}^2 + 5 x_n^2)^2 */
+static ad_real bdqrtic(const ad_real *x, size_t n, void *ctx)
+{
+    (void)ctx;
+    ad_real acc = ad_const(0.0);
+    for (size_t i = 0; i + 4 < n; i++) {
+        ad_real l = ad_add(ad_mul(-4.0, x[i]), 3.0);
+        ad_real q = ad_add(ad_add(ad_mul(x[i], x[i]), ad_mul(2.0, ad_mul(x[i + 1], x[i + 1]))),
+                           ad_add(ad_mul(3.0, ad_mul(x[i + 2], x[i + 2])),
+                                  ad_mul(4.0, ad_mul(x[i + 3], x[i + 3]))));
+        q = ad_add(q, ad_mul(5.0, ad_mul(x[n - 1], x[n - 1])));
+        acc = ad_add(acc, ad_add(ad_mul(l, l), ad_mul(q, q)));
+    }
+    return acc;
+}
+
+typedef struct sobj {
+    const char *name;
+    ad_objective f;
+    size_t (*nnz)(size_t n);  /* the structure's size */
+} sobj;
+
+static size_t nnz_two(size_t n)
+{
+    return 2 * n - 1;
+}
+
+/* Rows i < n - 1 have min(i, 3) + 1 entries, the last row n. */
+static size_t nnz_band(size_t n)
+{
+    return 4 * (n - 1) - 6 + n;
+}
+
+static const sobj objs[] = {
+    {"rosenbrock", rosenbrock, nnz_two},
+    {"arwhead", arwhead, nnz_two},
+    {"bdqrtic", bdqrtic, nnz_band},
+};
+
+static const size_t sizes[] = {1000, 10000, 100000, 1000000};
+
+/* ---- one row ---- */
+
+typedef struct job {
+    const sobj *o;
+    size_t n;
+    const double *x;
+    double *g, fx;
+    ad_csr H;  /* the fixed structure, for the values' calls */
+    int failed;
+} job;
+
+static void run_grad(void *ctx, size_t iters)
+{
+    job *j = ctx;
+    for (size_t i = 0; i < iters; i++)
+        j->failed |= ad_gradient(j->o->f, NULL, j->n, j->x, &j->fx, j->g) != AD_OK;
+}
+
+static void run_hess(void *ctx, size_t iters)
+{
+    job *j = ctx;
+    for (size_t i = 0; i < iters; i++) {
+        ad_csr H;
+        j->failed |= ad_sparse_hessian(j->o->f, NULL, j->n, j->x, &j->fx, j->g, &H) != AD_OK;
+        ad_csr_free(&H);
+    }
+}
+
+static void run_values(void *ctx, size_t iters)
+{
+    job *j = ctx;
+    for (size_t i = 0; i < iters; i++)
+        j->failed |=
+            ad_sparse_hessian_values(j->o->f, NULL, j->n, j->x, &j->fx, j->g, &j->H) != AD_OK;
+}
+
+/* H v from the lower triangle, used symmetrically. */
+static void lower_times(const ad_csr *H, const double *v, double *hv)
+{
+    for (size_t i = 0; i < H->rows; i++)
+        hv[i] = 0.0;
+    for (size_t r = 0; r < H->rows; r++)
+        for (size_t k = H->row_ptr[r]; k < H->row_ptr[r + 1]; k++) {
+            size_t c = H->col[k];
+            hv[r] += H->val[k] * v[c];
+            if (c != r)
+                hv[c] += H->val[k] * v[r];
+        }
+}
+
+static const char *check(job *j, const double *v, double *hv, double *want)
+{
+    double fx;
+    size_t n = j->n;
+    if (j->H.nnz != j->o->nnz(n)) {
+        fprintf(stderr, "%s n=%zu: %zu entries, the function has %zu\n", j->o->name, n,
+                j->H.nnz, j->o->nnz(n));
+        return "FAIL: structure";
+    }
+    if (ad_hvp(j->o->f, NULL, n, j->x, v, &fx, j->g, want) != AD_OK)
+        return "FAIL: ad_hvp";
+    lower_times(&j->H, v, hv);
+    double scale = 0.0, worst = 0.0;
+    for (size_t i = 0; i < n; i++)
+        scale = fmax(scale, fabs(want[i]));
+    for (size_t i = 0; i < n; i++)
+        worst = fmax(worst, fabs(hv[i] - want[i]) / fmax(scale, 1.0));
+    if (!(worst <= HV_TOL(n))) {
+        fprintf(stderr, "%s n=%zu: H v off by %.3g of the largest entry\n", j->o->name, n, worst);
+        return "FAIL: H v";
+    }
+    return "ok";
+}
+
+typedef struct srow {
+    const sobj *o;
+    size_t n, records, nnz;
+    bench_time grad, hess, values;
+    const char *check;
+} srow;
+
+static void measure(const bench_plan *plan, srow *r)
+{
+    size_t n = r->n;
+    double *buf = malloc(5 * n * sizeof *buf);
+    if (!buf) {
+        fprintf(stderr, "out of memory for %s n=%zu\n", r->o->name, n);
+        exit(1);
+    }
+    double *x = buf, *v = x + n, *g = v + n, *hv = g + n, *want = hv + n;
+    bench_fill(x, n, 0x9E3779B97F4A7C15u, 0.5, 1.0);
+    bench_fill(v, n, 0x8CB92BA72F3D8DD7u, -1.0, 2.0);
+    job j = {r->o, n, x, g, 0.0, {0, 0, 0, NULL, NULL, NULL}, 0};
+    bench_time none = {NAN, NAN, NAN, 0};
+    r->grad = r->hess = r->values = none;
+    ad_tape_stats ts;
+    ad_status s = ad_sparse_hessian(r->o->f, NULL, n, x, &j.fx, g, &j.H);
+    r->records = s == AD_OK && ad_tape_stats_get(&ts) == AD_OK ? ts.records : 0;
+    r->nnz = j.H.nnz;
+    r->check = s != AD_OK ? "FAIL: ad_sparse_hessian" : check(&j, v, hv, want);
+    if (r->check[0] == 'o') {
+        const bench_body body[3] = {run_grad, run_hess, run_values};
+        void *const ctx[3] = {&j, &j, &j};
+        bench_time t[3];
+        bench_measure_side_by_side(plan, 3, body, ctx, t);
+        r->grad = t[0];
+        r->hess = t[1];
+        r->values = t[2];
+        if (j.failed)
+            r->check = "FAIL: a timed call failed";
+    }
+    ad_csr_free(&j.H);
+    free(buf);
+}
+
+static void print_row(const srow *r)
+{
+    char a[16], b[16], c[16], d[16], e[16];
+    double ratio = r->hess.median_ns / r->grad.median_ns;
+    printf("%-11s %8zu %9zu %9zu | %9s %9s %9s | %6s %6s | %-6s | %s\n", r->o->name, r->n,
+           r->records, r->nnz, fmt_time(a, r->grad.median_ns), fmt_time(b, r->hess.median_ns),
+           fmt_time(c, r->values.median_ns), fmt_ratio(d, r->hess.median_ns, r->grad.median_ns),
+           fmt_ratio(e, r->values.median_ns, r->grad.median_ns),
+           isnan(ratio) ? "-" : ratio <= TARGET ? "MET" : "MISSED", r->check);
+    fflush(stdout);
+}
+
+static void write_row(FILE *f, const srow *r)
+{
+    fprintf(f, "%s\t%zu\t%zu\t%zu\t", r->o->name, r->n, r->records, r->nnz);
+    tsv_num(f, r->grad.median_ns, 0);
+    tsv_num(f, r->hess.median_ns, 0);
+    tsv_num(f, r->values.median_ns, 0);
+    tsv_num(f, r->hess.median_ns / r->grad.median_ns, 0);
+    tsv_num(f, r->values.median_ns / r->grad.median_ns, 0);
+    fprintf(f, "%g\t%s\n", TARGET, r->check);
+}
+
+int section_sparse_hessian(const bench_ctx *b, size_t max_n)
+{
+    printf("\n== Sparse Hessians: ad_sparse_hessian and ad_sparse_hessian_values against "
+           "ad_gradient (median of %d, side by side) ==\n",
+           b->plan.reps);
+    printf("hess: a new structure each call (and ad_csr_free); values: into the structure of "
+           "an earlier call; target: hess <= %g gradients, flat in n\n",
+           TARGET);
+    printf("%-11s %8s %9s %9s | %9s %9s %9s | %6s %6s | %-6s | %s\n", "objective", "n",
+           "records", "nnz", "grad", "hess", "values", "h/gr", "v/gr", "target", "check");
+    FILE *tsv = tsv_open(b, "sparse_hessian.tsv", TSV_HEADER);
+    int ok = 1;
+    for (size_t k = 0; k < sizeof objs / sizeof *objs; k++) {
+        double lo = INFINITY, hi = 0.0;
+        for (size_t s = 0; s < sizeof sizes / sizeof *sizes && sizes[s] <= max_n; s++) {
+            srow r = {.o = &objs[k], .n = sizes[s]};
+            measure(&b->plan, &r);
+            print_row(&r);
+            if (tsv)
+                write_row(tsv, &r);
+            ok &= r.check[0] == 'o';
+            double ratio = r.hess.median_ns / r.grad.median_ns;
+            lo = fmin(lo, ratio);
+            hi = fmax(hi, ratio);
+        }
+        if (hi > 0.0)
+            printf("%-11s hess/grad from %.2f to %.2f over the sizes: max/min = %.2f\n",
+                   objs[k].name, lo, hi, hi / lo);
+    }
+    tsv_close(tsv);
+    return ok;
+}

@@ -30,6 +30,12 @@ int peer_tape_gradient(bench_prog p, size_t n, const double *x, size_t inputs, d
 /* The gradient alone, at x, on the tape recorded last. */
 int peer_gradient(const double *x, size_t inputs, double *grad);
 
+/* Sparse Hessians (sec_sparse_hessian.c): function `which` (0 Rosenbrock,
+ * 1 ARWHEAD, 2 BDQRTIC: hessian_objectives.h) of n inputs, taped at x, then
+ * its Hessian's triangle, *nnz entries: with the sparsity pattern and
+ * colouring found anew (new_pattern), or those of the last call. */
+int peer_sparse_hessian(int which, size_t n, const double *x, int new_pattern, size_t *nnz);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "peer.h"
 #include "report.h"
 
 #define TARGET 10.0     /* the issue's: one sparse Hessian <= 10 gradients */
@@ -25,50 +26,15 @@
 
 #define TSV_HEADER                                                                      \
     "objective\tn\trecords\tnnz\tgrad_ns\thess_ns\tvalues_ns\thess_over_grad\t"        \
-    "values_over_grad\ttarget\tcheck"
+    "values_over_grad\tpeer_new_ns\tpeer_repeat_ns\ttarget\tcheck"
 
 /* ---- the objectives ---- */
 
-static ad_real rosenbrock(const ad_real *x, size_t n, void *ctx)
-{
-    (void)ctx;
-    ad_real acc = ad_const(0.0);
-    for (size_t i = 0; i + 1 < n; i++) {
-        ad_real t = ad_sub(x[i + 1], ad_mul(x[i], x[i]));
-        ad_real u = ad_sub(1.0, x[i]);
-        acc = ad_add(acc, ad_add(ad_mul(100.0, ad_mul(t, t)), ad_mul(u, u)));
-    }
-    return acc;
-}
-
-/* sum_{i < n-1} (-4 x_i + 3) + (x_i^2 + x_n^2)^2 */
-static ad_real arwhead(const ad_real *x, size_t n, void *ctx)
-{
-    (void)ctx;
-    ad_real acc = ad_const(0.0);
-    for (size_t i = 0; i + 1 < n; i++) {
-        ad_real q = ad_add(ad_mul(x[i], x[i]), ad_mul(x[n - 1], x[n - 1]));
-        acc = ad_add(acc, ad_add(ad_add(ad_mul(-4.0, x[i]), 3.0), ad_mul(q, q)));
-    }
-    return acc;
-}
-
-/* sum_{i < n-4} (-4 x_i + 3)^2 + (x_i^2 + 2 x_{i+1}^2 + 3 x_{i+2}^2
- * + 4 x_{i+3}^2 + 5 x_n^2)^2 */
-static ad_real bdqrtic(const ad_real *x, size_t n, void *ctx)
-{
-    (void)ctx;
-    ad_real acc = ad_const(0.0);
-    for (size_t i = 0; i + 4 < n; i++) {
-        ad_real l = ad_add(ad_mul(-4.0, x[i]), 3.0);
-        ad_real q = ad_add(ad_add(ad_mul(x[i], x[i]), ad_mul(2.0, ad_mul(x[i + 1], x[i + 1]))),
-                           ad_add(ad_mul(3.0, ad_mul(x[i + 2], x[i + 2])),
-                                  ad_mul(4.0, ad_mul(x[i + 3], x[i + 3]))));
-        q = ad_add(q, ad_mul(5.0, ad_mul(x[n - 1], x[n - 1])));
-        acc = ad_add(acc, ad_add(ad_mul(l, l), ad_mul(q, q)));
-    }
-    return acc;
-}
+#define BENCH_T ad_real
+#define BENCH_NAME(f) f
+#include "hessian_objectives.h"
+#undef BENCH_T
+#undef BENCH_NAME
 
 typedef struct sobj {
     const char *name;
@@ -99,6 +65,7 @@ static const size_t sizes[] = {1000, 10000, 100000, 1000000};
 
 typedef struct job {
     const sobj *o;
+    int which;  /* o's index, for the peer */
     size_t n;
     const double *x;
     double *g, fx;
@@ -121,6 +88,24 @@ static void run_hess(void *ctx, size_t iters)
         j->failed |= ad_sparse_hessian(j->o->f, NULL, j->n, j->x, &j->fx, j->g, &H) != AD_OK;
         ad_csr_free(&H);
     }
+}
+
+/* ADOL-C: tape, then sparse_hess with a new pattern (repeat 0), or with
+ * the last one's (repeat 1). */
+static void run_peer_new(void *ctx, size_t iters)
+{
+    job *j = ctx;
+    size_t nnz;
+    for (size_t i = 0; i < iters; i++)
+        j->failed |= peer_sparse_hessian(j->which, j->n, j->x, 1, &nnz) != 0;
+}
+
+static void run_peer_repeat(void *ctx, size_t iters)
+{
+    job *j = ctx;
+    size_t nnz;
+    for (size_t i = 0; i < iters; i++)
+        j->failed |= peer_sparse_hessian(j->which, j->n, j->x, 0, &nnz) != 0;
 }
 
 static void run_values(void *ctx, size_t iters)
@@ -171,12 +156,13 @@ static const char *check(job *j, const double *v, double *hv, double *want)
 
 typedef struct srow {
     const sobj *o;
-    size_t n, records, nnz;
-    bench_time grad, hess, values;
+    int which;
+    size_t n, records, nnz, peer_nnz;  /* peer_nnz 0: no peer */
+    bench_time grad, hess, values, peer_new, peer_repeat;
     const char *check;
 } srow;
 
-static void measure(const bench_plan *plan, srow *r)
+static void measure(const bench_plan *plan, int with_peer, srow *r)
 {
     size_t n = r->n;
     double *buf = malloc(5 * n * sizeof *buf);
@@ -187,22 +173,30 @@ static void measure(const bench_plan *plan, srow *r)
     double *x = buf, *v = x + n, *g = v + n, *hv = g + n, *want = hv + n;
     bench_fill(x, n, 0x9E3779B97F4A7C15u, 0.5, 1.0);
     bench_fill(v, n, 0x8CB92BA72F3D8DD7u, -1.0, 2.0);
-    job j = {r->o, n, x, g, 0.0, {0, 0, 0, NULL, NULL, NULL}, 0};
+    job j = {r->o, r->which, n, x, g, 0.0, {0, 0, 0, NULL, NULL, NULL}, 0};
     bench_time none = {NAN, NAN, NAN, 0};
-    r->grad = r->hess = r->values = none;
+    r->grad = r->hess = r->values = r->peer_new = r->peer_repeat = none;
+    r->peer_nnz = 0;
+    if (with_peer && peer_sparse_hessian(r->which, n, x, 1, &r->peer_nnz) != 0)
+        r->peer_nnz = 0;
     ad_tape_stats ts;
     ad_status s = ad_sparse_hessian(r->o->f, NULL, n, x, &j.fx, g, &j.H);
     r->records = s == AD_OK && ad_tape_stats_get(&ts) == AD_OK ? ts.records : 0;
     r->nnz = j.H.nnz;
     r->check = s != AD_OK ? "FAIL: ad_sparse_hessian" : check(&j, v, hv, want);
     if (r->check[0] == 'o') {
-        const bench_body body[3] = {run_grad, run_hess, run_values};
-        void *const ctx[3] = {&j, &j, &j};
-        bench_time t[3];
-        bench_measure_side_by_side(plan, 3, body, ctx, t);
+        const bench_body body[5] = {run_grad, run_hess, run_values, run_peer_new,
+                                    run_peer_repeat};
+        void *const ctx[5] = {&j, &j, &j, &j, &j};
+        bench_time t[5];
+        bench_measure_side_by_side(plan, r->peer_nnz ? 5 : 3, body, ctx, t);
         r->grad = t[0];
         r->hess = t[1];
         r->values = t[2];
+        if (r->peer_nnz) {
+            r->peer_new = t[3];
+            r->peer_repeat = t[4];
+        }
         if (j.failed)
             r->check = "FAIL: a timed call failed";
     }
@@ -212,13 +206,18 @@ static void measure(const bench_plan *plan, srow *r)
 
 static void print_row(const srow *r)
 {
-    char a[16], b[16], c[16], d[16], e[16];
+    char a[16], b[16], c[16], d[16], e[16], f[16], g[16], h[16];
     double ratio = r->hess.median_ns / r->grad.median_ns;
-    printf("%-11s %8zu %9zu %9zu | %9s %9s %9s | %6s %6s | %-6s | %s\n", r->o->name, r->n,
-           r->records, r->nnz, fmt_time(a, r->grad.median_ns), fmt_time(b, r->hess.median_ns),
-           fmt_time(c, r->values.median_ns), fmt_ratio(d, r->hess.median_ns, r->grad.median_ns),
+    printf("%-11s %8zu %9zu %9zu | %9s %9s %9s | %6s %6s | %-6s | %9s %9s %6s | %s\n",
+           r->o->name, r->n, r->records, r->nnz, fmt_time(a, r->grad.median_ns),
+           fmt_time(b, r->hess.median_ns), fmt_time(c, r->values.median_ns),
+           fmt_ratio(d, r->hess.median_ns, r->grad.median_ns),
            fmt_ratio(e, r->values.median_ns, r->grad.median_ns),
-           isnan(ratio) ? "-" : ratio <= TARGET ? "MET" : "MISSED", r->check);
+           isnan(ratio) ? "-" : ratio <= TARGET ? "MET" : "MISSED",
+           fmt_time(f, r->peer_new.median_ns), fmt_time(g, r->peer_repeat.median_ns),
+           fmt_ratio(h, r->hess.median_ns, r->peer_new.median_ns), r->check);
+    if (r->peer_nnz && r->peer_nnz != r->nnz)
+        printf("  (the peer's triangle has %zu entries)\n", r->peer_nnz);
     fflush(stdout);
 }
 
@@ -230,6 +229,8 @@ static void write_row(FILE *f, const srow *r)
     tsv_num(f, r->values.median_ns, 0);
     tsv_num(f, r->hess.median_ns / r->grad.median_ns, 0);
     tsv_num(f, r->values.median_ns / r->grad.median_ns, 0);
+    tsv_num(f, r->peer_new.median_ns, 0);
+    tsv_num(f, r->peer_repeat.median_ns, 0);
     fprintf(f, "%g\t%s\n", TARGET, r->check);
 }
 
@@ -241,15 +242,19 @@ int section_sparse_hessian(const bench_ctx *b, size_t max_n)
     printf("hess: a new structure each call (and ad_csr_free); values: into the structure of "
            "an earlier call; target: hess <= %g gradients, flat in n\n",
            TARGET);
-    printf("%-11s %8s %9s %9s | %9s %9s %9s | %6s %6s | %-6s | %s\n", "objective", "n",
-           "records", "nnz", "grad", "hess", "values", "h/gr", "v/gr", "target", "check");
+    printf("peer: %s taped at every call, then sparse_hess finding the pattern and colouring "
+           "(new) or reusing the last call's (repeat); dr/p: hess / new\n",
+           b->peer ? b->peer : "none");
+    printf("%-11s %8s %9s %9s | %9s %9s %9s | %6s %6s | %-6s | %9s %9s %6s | %s\n", "objective",
+           "n", "records", "nnz", "grad", "hess", "values", "h/gr", "v/gr", "target", "peer new",
+           "repeat", "dr/p", "check");
     FILE *tsv = tsv_open(b, "sparse_hessian.tsv", TSV_HEADER);
     int ok = 1;
     for (size_t k = 0; k < sizeof objs / sizeof *objs; k++) {
         double lo = INFINITY, hi = 0.0;
         for (size_t s = 0; s < sizeof sizes / sizeof *sizes && sizes[s] <= max_n; s++) {
-            srow r = {.o = &objs[k], .n = sizes[s]};
-            measure(&b->plan, &r);
+            srow r = {.o = &objs[k], .which = (int)k, .n = sizes[s]};
+            measure(&b->plan, b->peer != NULL, &r);
             print_row(&r);
             if (tsv)
                 write_row(tsv, &r);

@@ -351,7 +351,7 @@ static ad_status sweep(pairs *ps, const ad_tape *t, double *adj, uint32_t top)
             if (is_reached(ps, w.hid))
                 nary(ps, t, adj, w.hid, w.hdr);
         } else {
-            return AD_ENOTSUP;  /* blocks have no edge-pushing rule yet */
+            return AD_ENOTSUP;  /* no block reaches here (hessian() refuses them) */
         }
     }
     return ps->status;
@@ -441,7 +441,7 @@ static ad_status scatter(pairs *ps, size_t n, ad_csr *H)
  * structure filled. */
 static ad_status hessian(ad_tape *t, size_t n, double *grad, ad_csr *H, int fixed)
 {
-    if (t->traits & AD_TRAIT_NO_SECOND)
+    if (t->blocks_len)  /* blocks have no edge-pushing rule yet */
         return AD_ENOTSUP;
     uint32_t top = ad_outputs_top(t, 1);
     pairs *ps = ad_tape_state(t, &tenant);

@@ -400,6 +400,51 @@ static void test_gradient_error(void **state)
     unload(&fx);
 }
 
+/* ---- the sparse Hessian ---- */
+
+/* d2_K5's whole objective, scalar version: ad_sparse_hessian against the
+ * dense ad_hessian, values to 1e-12 of the largest entry and the
+ * structure equal to the dense nonzero pattern (every component's
+ * parameters meet the others' in the log-sum-exp over components).  The
+ * primitive version records matrices: AD_ENOTSUP. */
+static void test_sparse_hessian_d2(void **state)
+{
+    fixture fx;
+    (void)state;
+    load(&d2, &fx);
+    size_t n = fx.inputs;
+    gmm_eval e = {&fx.p, &fx.w, GMM_SCALAR, 0, fx.p.n, 1};
+    double f, fd, *g = malloc(n * sizeof *g), *gd = malloc(n * sizeof *gd);
+    double *hd = malloc(n * n * sizeof *hd);
+    assert_true(g && gd && hd);
+    ad_csr H;
+    assert_ok(ad_sparse_hessian(gmm_objective_ad, &e, n, fx.x, &f, g, &H));
+    assert_csr_valid(&H, n, n);
+    assert_ok(ad_hessian(gmm_objective_ad, &e, n, fx.x, &fd, gd, hd));
+    assert_same(f, fd);
+    double scale = 0.0;
+    for (size_t k = 0; k < n * n; k++)
+        scale = fmax(scale, fabs(hd[k]));
+    size_t dense_nnz = 0;
+    for (size_t r = 0; r < n; r++)
+        for (size_t c = 0; c <= r; c++)
+            dense_nnz += hd[r * n + c] != 0.0;
+    assert_int_equal(H.nnz, dense_nnz);
+    for (size_t r = 0; r < n; r++) {
+        assert_near(g[r], gd[r], 1e-12, 1e-14 * scale);
+        for (size_t k = H.row_ptr[r]; k < H.row_ptr[r + 1]; k++) {
+            assert_true(H.col[k] <= r);
+            assert_true(hd[r * n + H.col[k]] != 0.0);
+            assert_near(H.val[k], hd[r * n + H.col[k]], 1e-12, 1e-12 * scale);
+        }
+    }
+    ad_csr_free(&H);
+    e.version = GMM_PRIMITIVES;
+    assert_int_equal(ad_sparse_hessian(gmm_objective_ad, &e, n, fx.x, &f, g, &H), AD_ENOTSUP);
+    free(g), free(gd), free(hd);
+    unload(&fx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -417,6 +462,7 @@ int main(void)
         cmocka_unit_test(test_primitives_tape_smaller),
         cmocka_unit_test(test_gradient_error),
         cmocka_unit_test(test_primitives_d64_batched),
+        cmocka_unit_test(test_sparse_hessian_d2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

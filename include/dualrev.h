@@ -173,9 +173,10 @@ AD_API ad_status ad_sparse_jacobian(ad_function f, void *ctx, size_t n, const do
  * Hessian as CSR with columns ascending.  The structure is every pair of
  * inputs the recording's nonlinear interactions reach, even where the value
  * is 0 at x.  One second-order recording and one reverse sweep (edge
- * pushing), in time proportional to the records and the interactions.
- * AD_ENOTSUP on a tape with an external function or a recorded matrix
- * (no edge-pushing rule yet).  Free H with ad_csr_free. */
+ * pushing), in time proportional to the records and the interactions;
+ * array primitives and recorded matrices with their own rules.
+ * AD_ENOTSUP on a tape with an external function.  Free H with
+ * ad_csr_free. */
 AD_API ad_status ad_sparse_hessian(ad_objective f, void *ctx, size_t n, const double *x,
                                    double *fx, double *grad, ad_csr *H);
 /* The same Hessian's values at x written into the structure H already has

@@ -82,6 +82,8 @@ uint32_t ad_block_record(ad_tape *t, size_t offset)
         t->traits |= AD_TRAIT_NO_SECOND;
     if (b->kind->foreign)
         t->traits |= AD_TRAIT_USER_RULES;
+    if (!b->kind->partials)
+        t->traits |= AD_TRAIT_NO_EDGES;
     /* With room for all of them (a first-order recording: end is set),
      * the output slots are written in one loop; else one by one, which
      * takes the next chunk when this one fills (IDs stay consecutive) and

@@ -39,6 +39,16 @@ typedef struct ad_block_kind {
      * block without it makes ad_hvp and ad_hessian return AD_ENOTSUP. */
     void (*second)(const ad_tape *t, const ad_block *b, uint32_t hid, const double *tan,
                    double *adj, double *adjd, size_t L, size_t lane, int first);
+    /* Optional, for sparse Hessians (edge pushing): the partials of output
+     * o with respect to the arguments (listed, then the run), through
+     * each(cx, argument, partial), structural zeros left out; and the
+     * second partials weighted by the outputs' cotangents ybar, through
+     * each2(cx, a, b, value) once for each pair a <= b (NULL: none).  A
+     * block without partials makes ad_sparse_hessian return AD_ENOTSUP. */
+    void (*partials)(const ad_tape *t, const ad_block *b, uint32_t o,
+                     void (*each)(void *cx, size_t arg, double d), void *cx);
+    void (*curvature)(const ad_tape *t, const ad_block *b, const double *ybar,
+                      void (*each2)(void *cx, size_t a, size_t b, double v), void *cx);
     /* Optional, for sparse Jacobians: sets the flags of the arguments
      * (listed, then the run) that the outputs flagged in outs depend on.
      * Without it every output depends on every argument. */

@@ -225,9 +225,18 @@ static void mat_reach(const ad_block *b, const unsigned char *outs, unsigned cha
     memcpy(args, outs, b->nout);
 }
 
+/* Entry o is A's entry o. */
+static void mat_partials(const ad_tape *t, const ad_block *b, uint32_t o,
+                         void (*each)(void *cx, size_t arg, double d), void *cx)
+{
+    (void)t;
+    (void)b;
+    each(cx, o, 1.0);
+}
+
 static const ad_block_kind matrix_kind = {
     .name = "matrix", .vjp = mat_vjp, .jvp = mat_jvp, .reverse = mat_reverse, .second = mat_second,
-    .reach = mat_reach};
+    .reach = mat_reach, .partials = mat_partials};
 
 /* ---- the product block ---- */
 
@@ -420,9 +429,86 @@ static void prod_reach(const ad_block *b, const unsigned char *outs, unsigned ch
     }
 }
 
+/* ---- a product's partials and second partials, for edge pushing ----
+ *
+ * Arguments: x_l is argument l when x is active, entry (j, l) argument
+ * xs + j n + l after them (xs = n, or 0).  y_j = sum_l M_jl x_l over the
+ * shape: dy_j/dx_l = M_jl, dy_j/dM_jl = x_l, d2y_j/dM_jl dx_l = 1.  A norm
+ * s = sum_j y_j^2: ds/dx_l = 2 sum_j y_j M_jl, ds/dM_jl = 2 y_j x_l, and
+ * d2s/dx_l dx_k = 2 sum_j M_jl M_jk, d2s/dM_jl dM_jk = 2 x_l x_k,
+ * d2s/dM_jl dx_k = 2 (M_jk x_l + y_j [l = k]). */
+static void prod_partials(const ad_tape *t, const ad_block *b, uint32_t o,
+                          void (*each)(void *cx, size_t arg, double d), void *cx)
+{
+    const product *p = (const product *)b;
+    const double *A = prod_a(t, p), *x = prod_x(p);
+    size_t n = p->cols, xs = p->x_active ? n : 0, lo, hi;
+    if (!p->norm) {
+        row_range(p->shape, o, n, &lo, &hi);
+        for (size_t l = lo; xs && l < hi; l++)
+            each(cx, l, A[o * n + l]);
+        for (size_t l = lo; l < hi; l++)
+            each(cx, xs + o * n + l, x[l]);
+        return;
+    }
+    const double *y = prod_y(p);
+    for (size_t l = 0; xs && l < n; l++) {
+        double d = 0.0;
+        for (size_t j = 0; j < p->rows; j++) {
+            row_range(p->shape, j, n, &lo, &hi);
+            if (l >= lo && l < hi)
+                d += y[j] * A[j * n + l];
+        }
+        each(cx, l, 2.0 * d);
+    }
+    for (size_t j = 0; j < p->rows; j++) {
+        row_range(p->shape, j, n, &lo, &hi);
+        for (size_t l = lo; l < hi; l++)
+            each(cx, xs + j * n + l, 2.0 * y[j] * x[l]);
+    }
+}
+
+static void prod_curvature(const ad_tape *t, const ad_block *b, const double *ybar,
+                           void (*each2)(void *cx, size_t a, size_t b, double v), void *cx)
+{
+    const product *p = (const product *)b;
+    const double *A = prod_a(t, p), *x = prod_x(p);
+    size_t n = p->cols, xs = p->x_active ? n : 0, lo, hi;
+    if (!p->norm) {
+        for (size_t j = 0; xs && j < p->rows; j++) {
+            row_range(p->shape, j, n, &lo, &hi);
+            for (size_t l = lo; l < hi; l++)
+                each2(cx, l, xs + j * n + l, ybar[j]);
+        }
+        return;
+    }
+    double s2 = 2.0 * ybar[0];
+    const double *y = prod_y(p);
+    for (size_t j = 0; j < p->rows; j++) {
+        row_range(p->shape, j, n, &lo, &hi);
+        for (size_t l = lo; l < hi; l++) {
+            for (size_t k = l; k < hi; k++)
+                each2(cx, xs + j * n + l, xs + j * n + k, s2 * x[l] * x[k]);
+            for (size_t k = lo; xs && k < hi; k++)
+                each2(cx, k, xs + j * n + l, s2 * (A[j * n + k] * x[l] + (k == l ? y[j] : 0.0)));
+        }
+    }
+    for (size_t l = 0; xs && l < n; l++)
+        for (size_t k = l; k < n; k++) {
+            double d = 0.0;
+            for (size_t j = 0; j < p->rows; j++) {
+                row_range(p->shape, j, n, &lo, &hi);
+                if (l >= lo && k < hi)
+                    d += A[j * n + l] * A[j * n + k];
+            }
+            each2(cx, l, k, s2 * d);
+        }
+}
+
 static const ad_block_kind product_kind = {
     .name = "matrix-vector product", .vjp = prod_vjp, .reverse = prod_reverse,
-    .forward = prod_forward, .second = prod_second, .reach = prod_reach};
+    .forward = prod_forward, .second = prod_second, .reach = prod_reach,
+    .partials = prod_partials, .curvature = prod_curvature};
 
 /* ---- recording ---- */
 

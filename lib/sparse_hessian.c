@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block.h"
 #include "recording.h"
 #include "second.h"
 #include "sparse.h"
@@ -51,6 +52,16 @@ typedef struct pairs {
     uint32_t *arg;           /* an n-ary record's arguments, their partials, values */
     double *g, *x;
     size_t arg_cap, g_cap, x_cap;
+    struct bentry {          /* a block's outputs' rows: output o's W_{o, p} = w */
+        uint32_t o, p;
+        double w;
+    } *brow;
+    size_t brow_cap;
+    size_t *jstart;          /* a block's partials: output o's are jarg/jval[jstart[o] ..) */
+    uint32_t *jarg;
+    double *jval;
+    size_t jstart_cap, jarg_cap, jval_cap, jlen;
+    const ad_block *blk;     /* the block being taken */
     ad_status status;
 } pairs;
 
@@ -66,6 +77,10 @@ static void pairs_free(void *state)
     ad_free(ps->arg);
     ad_free(ps->g);
     ad_free(ps->x);
+    ad_free(ps->brow);
+    ad_free(ps->jstart);
+    ad_free(ps->jarg);
+    ad_free(ps->jval);
 }
 
 static const ad_tenant tenant = {sizeof(pairs), pairs_free};
@@ -310,6 +325,127 @@ static void nary(pairs *ps, const ad_tape *t, double *adj, uint32_t hid, const a
     pass(ps, adj, z, ps->arg, ps->g, k);
 }
 
+/* ---- blocks (recorded matrices and their products) ---- */
+
+/* A block's argument k's ID. */
+static uint32_t block_arg(const ad_block *b, size_t k)
+{
+    return k < b->nargs ? ad_block_ids(b)[k] : b->run + (uint32_t)(k - b->nargs);
+}
+
+static void one_partial(void *cx, size_t arg, double d)
+{
+    pairs *ps = cx;
+    if (ps->jlen == ps->jarg_cap &&
+        (ad_grow((void **)&ps->jarg, &ps->jarg_cap, ps->jlen + 1, sizeof *ps->jarg, ps->jlen) !=
+             AD_OK ||
+         ad_grow((void **)&ps->jval, &ps->jval_cap, ps->jlen + 1, sizeof *ps->jval, ps->jlen) !=
+             AD_OK)) {
+        ps->status = AD_ENOMEM;
+        return;
+    }
+    ps->jarg[ps->jlen] = block_arg(ps->blk, arg);
+    ps->jval[ps->jlen++] = d;
+}
+
+static void one_curvature(void *cx, size_t a, size_t b, double v)
+{
+    pairs *ps = cx;
+    uint32_t i = block_arg(ps->blk, a), j = block_arg(ps->blk, b);
+    if (a == b)
+        add(ps, i, j, v);
+    else
+        add_both(ps, i, j, v);
+}
+
+/* The outputs' rows taken into ps->brow; returns how many entries. */
+static size_t take_outputs(pairs *ps, uint32_t hid, uint32_t m)
+{
+    size_t len = 0;
+    for (uint32_t o = 0; o < m && ps->status == AD_OK; o++) {
+        size_t k = take_row(ps, hid + 1 + o);
+        if (ad_grow((void **)&ps->brow, &ps->brow_cap, len + k, sizeof *ps->brow, len) != AD_OK)
+            ps->status = AD_ENOMEM;
+        for (size_t q = 0; q < k && ps->status == AD_OK; q++)
+            ps->brow[len++] = (struct bentry){o, ps->cols[q], ps->acc[ps->cols[q]]};
+    }
+    return len;
+}
+
+/* Each output's partials, by output: jstart[0..m]. */
+static void gather_partials(pairs *ps, const ad_tape *t, const ad_block *b)
+{
+    ps->jlen = 0;
+    if (ad_reserve((void **)&ps->jstart, &ps->jstart_cap, (size_t)b->nout + 1,
+                   sizeof *ps->jstart) != AD_OK) {
+        ps->status = AD_ENOMEM;
+        return;
+    }
+    for (uint32_t o = 0; o < b->nout && ps->status == AD_OK; o++) {
+        ps->jstart[o] = ps->jlen;
+        b->kind->partials(t, b, o, one_partial, ps);
+    }
+    ps->jstart[b->nout] = ps->jlen;
+}
+
+/* The outputs' interactions through the block's partials J: with an ID
+ * outside, W_ap += J_oa W_op; among outputs, W' = J^T W J. */
+static void push_block(pairs *ps, uint32_t hid, size_t len)
+{
+    for (size_t q = 0; q < len; q++) {
+        uint32_t o = ps->brow[q].o, p = ps->brow[q].p;
+        double w = ps->brow[q].w;
+        size_t o0 = ps->jstart[o], o1 = ps->jstart[o + 1];
+        if (p <= hid) {
+            for (size_t a = o0; a < o1; a++)
+                add_both(ps, ps->jarg[a], p, ps->jval[a] * w);
+            continue;
+        }
+        uint32_t o2 = p - hid - 1;  /* another output, or o itself */
+        if (o2 == o) {
+            for (size_t a = o0; a < o1; a++) {
+                add(ps, ps->jarg[a], ps->jarg[a], ps->jval[a] * ps->jval[a] * w);
+                for (size_t c = a + 1; c < o1; c++)
+                    add_both(ps, ps->jarg[a], ps->jarg[c], ps->jval[a] * ps->jval[c] * w);
+            }
+            continue;
+        }
+        for (size_t a = o0; a < o1; a++)
+            for (size_t c = ps->jstart[o2]; c < ps->jstart[o2 + 1]; c++)
+                add_both(ps, ps->jarg[a], ps->jarg[c], ps->jval[a] * ps->jval[c] * w);
+    }
+}
+
+static void block(pairs *ps, const ad_tape *t, double *adj, uint32_t hid, const ad__record *hdr)
+{
+    const ad_block *b = ad_block_of(t, hdr);
+    uint32_t m = b->nout;
+    int any = 0;
+    for (uint32_t o = 0; o < m; o++)
+        any |= is_reached(ps, hid + 1 + o);
+    if (!any)
+        return;
+    ps->blk = b;
+    size_t len = take_outputs(ps, hid, m);
+    gather_partials(ps, t, b);
+    if (ps->status != AD_OK)
+        return;
+    push_block(ps, hid, len);
+    double *ybar = ad_block_ybar(t);
+    for (uint32_t o = 0; o < m; o++)
+        ybar[o] = adj[hid + 1 + o];
+    if (b->kind->curvature)
+        b->kind->curvature(t, b, ybar, one_curvature, ps);
+    const double *xbar = ad_block_pullback(t, b, ybar);
+    for (size_t k = 0; k < (size_t)b->nargs + b->run_len; k++) {
+        uint32_t id = block_arg(b, k);
+        if (id) {
+            adj[id] += xbar[k];
+            reach(ps, id);
+        }
+    }
+}
+
 /* ---- the sweep ---- */
 
 static ad_status reserve(pairs *ps, uint32_t top)
@@ -351,7 +487,7 @@ static ad_status sweep(pairs *ps, const ad_tape *t, double *adj, uint32_t top)
             if (is_reached(ps, w.hid))
                 nary(ps, t, adj, w.hid, w.hdr);
         } else {
-            return AD_ENOTSUP;  /* no block reaches here (hessian() refuses them) */
+            block(ps, t, adj, w.hid, w.hdr);
         }
     }
     return ps->status;
@@ -441,7 +577,7 @@ static ad_status scatter(pairs *ps, size_t n, ad_csr *H)
  * structure filled. */
 static ad_status hessian(ad_tape *t, size_t n, double *grad, ad_csr *H, int fixed)
 {
-    if (t->blocks_len)  /* blocks have no edge-pushing rule yet */
+    if (t->traits & AD_TRAIT_NO_EDGES)  /* an external function's block */
         return AD_ENOTSUP;
     uint32_t top = ad_outputs_top(t, 1);
     pairs *ps = ad_tape_state(t, &tenant);

@@ -62,9 +62,12 @@ typedef struct ad_tenant {
 #define AD_TENANTS 6
 
 /* What a recording's blocks (block.h) make of it, for the drivers: a
- * block without a forward rule, or without a second-order one, and rules
- * the user wrote (ad_external), which are swept unscaled (seeded.h). */
-enum { AD_TRAIT_NO_JVP = 1, AD_TRAIT_NO_SECOND = 2, AD_TRAIT_USER_RULES = 4 };
+ * block without a forward rule, without a second-order one, or without
+ * partials for edge pushing, and rules the user wrote (ad_external),
+ * which are swept unscaled (seeded.h). */
+enum {
+    AD_TRAIT_NO_JVP = 1, AD_TRAIT_NO_SECOND = 2, AD_TRAIT_USER_RULES = 4, AD_TRAIT_NO_EDGES = 8
+};
 
 typedef struct ad_tape {
     ad__cursor cursor;       /* first: ad__active points here */

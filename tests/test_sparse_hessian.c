@@ -262,6 +262,46 @@ static void test_primitives(void **state)
     }
 }
 
+/* ---- recorded matrices ---- */
+
+/* A recorded 3 x 3 matrix of inputs (full, lower or upper, its other
+ * entries constant zeros) times a vector of inputs, then a nonlinear
+ * function of the products: sum sin(y) + y0 y2, and |M x|^2 through
+ * ad_mat_sqnorm, and a product with a constant vector. */
+static ad_real with_matrix(const ad_real *x, size_t n, void *ctx)
+{
+    const int *shape = ctx;
+    ad_real A[9], y[3], s, q;
+    ad_mat M;
+    const double c[3] = {0.5, -1.5, 2.0};
+    (void)n;
+    for (int k = 0; k < 9; k++) {
+        int r = k / 3, col = k % 3;
+        int zero = (*shape == 1 && col > r) || (*shape == 2 && col < r);
+        A[k] = zero ? ad_const(0.0) : x[k];
+    }
+    ad_mat_record(3, 3, A, &M);
+    ad_mat_vec(&M, x + 9, y);
+    s = ad_add(ad_add(ad_sin(y[0]), ad_sin(y[1])), ad_sin(y[2]));
+    s = ad_add(s, ad_mul(y[0], y[2]));
+    ad_mat_sqnorm(&M, x + 9, &q);
+    s = ad_add(s, ad_mul(0.25, ad_mul(q, q)));
+    ad_mat_vec(&M, c, y);
+    return ad_add(s, ad_exp(ad_mul(0.1, y[1])));
+}
+
+static void test_recorded_matrices(void **state)
+{
+    uint64_t rng = 15;
+    (void)state;
+    for (int shape = 0; shape < 3; shape++)
+        for (int round = 0; round < 5; round++) {
+            double x[12];
+            fill_uniform(&rng, x, 12, -1.0, 1.0);
+            check_hessian(with_matrix, &shape, 12, x, NULL);
+        }
+}
+
 /* ---- structure where the value is 0 ---- */
 
 /* x0^3 + x1 x2 + pow(x3, 2.5) at x = (0, 0, 0, 0): H = 0, but the
@@ -597,16 +637,6 @@ static ad_real with_external(const ad_real *x, size_t n, void *ctx)
     return y;
 }
 
-static ad_real with_matrix(const ad_real *x, size_t n, void *ctx)
-{
-    ad_mat M;
-    ad_real y[2];
-    (void)n, (void)ctx;
-    ad_mat_record(2, 2, x, &M);
-    ad_mat_vec(&M, x, y);
-    return ad_add(y[0], y[1]);
-}
-
 static void check_failed(ad_status got, ad_status want, double fx, const double *g, size_t n,
                          const ad_csr *H)
 {
@@ -643,7 +673,6 @@ static void test_errors(void **state)
     assert_int_equal(ad_sparse_hessian(cube, NULL, 1, x, &fx, g, NULL), AD_EINVAL);
     assert_nan(fx);
     fails(with_external, 1, x, 0, AD_ENOTSUP);
-    fails(with_matrix, 4, x, 0, AD_ENOTSUP);
     /* the thread's next call is right */
     check_hessian(rosenbrock, NULL, 4, x, NULL);
 }
@@ -681,6 +710,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_known_structures),
         cmocka_unit_test(test_primitives),
+        cmocka_unit_test(test_recorded_matrices),
         cmocka_unit_test(test_structure_without_values),
         cmocka_unit_test(test_select),
         cmocka_unit_test(test_fixed_structure),

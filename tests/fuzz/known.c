@@ -19,7 +19,7 @@ int failure_mode(const check_ctx *c, const failure *f)
         return 'f';
     if (!strcmp(d, "ad_jacobian"))
         return c->jac_forward ? 'f' : 'r';
-    if (!strcmp(d, "ad_hvp") || !strcmp(d, "ad_hessian"))
+    if (!strcmp(d, "ad_hvp") || !strcmp(d, "ad_hessian") || !strcmp(d, "ad_sparse_hessian"))
         return '2';
     if (!strcmp(d, "cross-driver") || !strcmp(d, "interpreter"))
         return 0;

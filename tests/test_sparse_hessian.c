@@ -65,6 +65,23 @@ static size_t check_hessian(ad_objective f, void *ctx, size_t n, const double *x
                 fail_msg("entry (%zu, %zu): %s in the structure, dense value %g", r, c,
                          there ? "is" : "not", hd[r * n + c]);
         }
+    /* the lower triangle used symmetrically: H v against the dense H v */
+    for (size_t i = 0; i < n; i++)
+        g[i] = (double)(i % 3) - 1.0 + 0.25 * (double)i;
+    for (size_t i = 0; i < n; i++) {
+        double want = 0.0, got = 0.0;
+        for (size_t k = 0; k < n; k++)
+            want += hd[i * n + k] * g[k];
+        for (size_t r = 0; r < n; r++)
+            for (size_t e = H.row_ptr[r]; e < H.row_ptr[r + 1]; e++) {
+                size_t c = H.col[e];
+                if (r == i)
+                    got += H.val[e] * g[c];
+                else if (c == i)
+                    got += H.val[e] * g[r];
+            }
+        assert_near(got, want, 1e-12, 1e-12 * scale * (double)n);
+    }
     size_t nnz = H.nnz;
     ad_csr_free(&H);
     free(g), free(gd), free(hd);

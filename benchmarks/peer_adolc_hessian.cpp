@@ -1,15 +1,23 @@
-// ADOL-C's sparse Hessian (sparse_hess: the sparsity pattern from the tape,
-// a ColPack star colouring, compressed Hessian-vector products) on the
-// sparse-Hessian benchmark's functions, from the same source as dualrev's
-// (hessian_objectives.h), taped as a user would at every call.  An ADOL-C
-// built without ColPack (Debian 12's) throws from sparse_hess: the peer is
-// then absent.
+// ADOL-C's sparse Hessian on the sparse-Hessian benchmark's functions, from
+// the same source as dualrev's (hessian_objectives.h), taped as a user would
+// at every call.  sparse_hess's steps with its default options: the
+// sparsity pattern from the tape (hess_pat, safe mode), ColPack's acyclic
+// colouring for indirect recovery (smallest-last ordering), the compressed
+// Hessian (hess_mat: one second-order sweep per colour), and ColPack's
+// recovery.  Debian 12's ADOL-C is built without ColPack, so its
+// sparse_hess refuses to run; the steps are called here one by one instead,
+// with Debian's ColPack, when the build found it (BENCH_HAVE_COLPACK), and
+// sparse_hess itself otherwise (the peer is then absent where it refuses).
 #include <adolc/adolc.h>
 #include <adolc/internal/usrparms.h>
 
 #include <climits>
 #include <cstdlib>
 #include <vector>
+
+#ifdef BENCH_HAVE_COLPACK
+#include <ColPack/ColPackHeaders.h>
+#endif
 
 #include "peer.h"
 
@@ -34,9 +42,11 @@ uint ops = OBUFSIZE, locs = LBUFSIZE, vals = VBUFSIZE, tays = TBUFSIZE;
 int sized_which = -1;
 size_t sized_n = 0;
 
+#ifndef BENCH_HAVE_COLPACK
 // The last sparse_hess call's pattern and values, reused by repeat 1.
 unsigned int *rind = nullptr, *cind = nullptr;
 double *values = nullptr;
+#endif
 
 uint fit(size_t need)
 {
@@ -77,6 +87,63 @@ int size_buffers(int which, size_t n, const double *x)
     return 0;
 }
 
+#ifdef BENCH_HAVE_COLPACK
+// The pattern, colouring and compressed Hessian of the last new pattern.
+struct colouring {
+    size_t n = 0;
+    unsigned int **pattern = nullptr;  // hess_pat's rows: count, then columns
+    ColPack::GraphColoringInterface *g = nullptr;
+    double **seed = nullptr;           // n x colours, ColPack's
+    int colours = 0;
+    double **compressed = nullptr;     // n x colours, ADOL-C's myalloc2
+};
+
+colouring col;
+
+void drop_colouring()
+{
+    for (size_t i = 0; col.pattern && i < col.n; i++)
+        free(col.pattern[i]);
+    delete[] col.pattern;
+    delete col.g;
+    if (col.compressed)
+        myfree2(col.compressed);
+    col = colouring();
+}
+
+int new_colouring(size_t n, const double *x)
+{
+    drop_colouring();
+    col.n = n;
+    col.pattern = new unsigned int *[n]();
+    if (hess_pat(tag, (int)n, x, col.pattern, 0) < 0)
+        return -1;
+    col.g = new ColPack::GraphColoringInterface(SRC_MEM_ADOLC, col.pattern, (int)n);
+    int rows = 0;
+    col.g->GenerateSeedHessian(&col.seed, &rows, &col.colours, "SMALLEST_LAST",
+                               "ACYCLIC_FOR_INDIRECT_RECOVERY");
+    col.compressed = myalloc2((int)n, col.colours);
+    return 0;
+}
+
+int hessian_values(size_t n, const double *x, size_t *nnz)
+{
+    std::vector<double> xs(x, x + n);
+    if (hess_mat(tag, (int)n, col.colours, xs.data(), col.seed, col.compressed) < 0)
+        return -1;
+    ColPack::HessianRecovery recovery;
+    unsigned int *rind = nullptr, *cind = nullptr;
+    double *values = nullptr;
+    int count = recovery.IndirectRecover_CoordinateFormat_unmanaged(
+        col.g, col.compressed, col.pattern, &rind, &cind, &values);
+    free(rind);
+    free(cind);
+    free(values);
+    *nnz = (size_t)count;
+    return 0;
+}
+#endif
+
 }  // namespace
 
 extern "C" int peer_sparse_hessian(int which, size_t n, const double *x, int new_pattern,
@@ -87,6 +154,11 @@ extern "C" int peer_sparse_hessian(int which, size_t n, const double *x, int new
     if ((which != sized_which || n != sized_n) && size_buffers(which, n, x) != 0)
         return -1;
     record(which, n, x);
+#ifdef BENCH_HAVE_COLPACK
+    if ((new_pattern || col.n != n) && new_colouring(n, x) != 0)
+        return -1;
+    return hessian_values(n, x, nnz);
+#else
     if (new_pattern) {
         free(rind);
         free(cind);
@@ -105,4 +177,5 @@ extern "C" int peer_sparse_hessian(int which, size_t n, const double *x, int new
     }
     *nnz = (size_t)count;
     return 0;
+#endif
 }

@@ -20,7 +20,7 @@
 
 #define TARGET 10.0     /* the issue's: one sparse Hessian <= 10 gradients */
 #define PEER_BATCH_NS 1e9  /* a peer's new pattern slower than this is timed once */
-#define PEER_GIVE_UP_NS 1e10  /* and slower than this ends the peer's rows of the function */
+#define PEER_GIVE_UP_NS 2e9  /* and slower than this ends the peer's rows of the function */
 /* H v against ad_hvp, relative to the largest entry: the bound on a sum of
  * n terms added in another order (ARWHEAD's and BDQRTIC's last diagonal
  * entry sums n - 1 of them) */

@@ -27,7 +27,7 @@
 #define HV_TOL(n) (4.0 * DBL_EPSILON * (double)(n))
 
 #define TSV_HEADER                                                                      \
-    "objective\tn\trecords\tnnz\tgrad_ns\thess_ns\tvalues_ns\thess_over_grad\t"        \
+    "objective\tn\trecords\tnnz\tbytes\tgrad_ns\thess_ns\tvalues_ns\thess_over_grad\t"        \
     "values_over_grad\tpeer_new_ns\tpeer_repeat_ns\ttarget\tcheck"
 
 /* ---- the objectives ---- */
@@ -160,6 +160,7 @@ typedef struct srow {
     const sobj *o;
     int which;
     size_t n, records, nnz, peer_nnz;  /* peer_nnz 0: no peer */
+    double bytes;  /* all the tape keeps after one call, fresh: records, side, cotangents, sweep */
     bench_time grad, hess, values, peer_new, peer_repeat;
     const char *check;
 } srow;
@@ -192,8 +193,11 @@ static void measure(const bench_plan *plan, int *with_peer, srow *r)
     }
     int peer_batches = r->peer_nnz && t_new <= PEER_BATCH_NS;
     ad_tape_stats ts;
+    ad_release();  /* fresh: the memory below is this call's */
     ad_status s = ad_sparse_hessian(r->o->f, NULL, n, x, &j.fx, g, &j.H);
     r->records = s == AD_OK && ad_tape_stats_get(&ts) == AD_OK ? ts.records : 0;
+    r->bytes = r->records ? (double)(ts.tape_bytes + ts.side_bytes + ts.adjoint_bytes +
+                                     ts.driver_bytes) : NAN;
     r->nnz = j.H.nnz;
     r->check = s != AD_OK ? "FAIL: ad_sparse_hessian" : check(&j, v, hv, want);
     if (r->check[0] == 'o') {
@@ -222,8 +226,9 @@ static void print_row(const srow *r)
 {
     char a[16], b[16], c[16], d[16], e[16], f[16], g[16], h[16];
     double ratio = r->hess.median_ns / r->grad.median_ns;
-    printf("%-11s %8zu %9zu %9zu | %9s %9s %9s | %6s %6s | %-6s | %9s %9s %6s | %s\n",
-           r->o->name, r->n, r->records, r->nnz, fmt_time(a, r->grad.median_ns),
+    printf("%-11s %8zu %9zu %9zu %6.1f | %9s %9s %9s | %6s %6s | %-6s | %9s %9s %6s | %s\n",
+           r->o->name, r->n, r->records, r->nnz, r->bytes / (double)r->records,
+           fmt_time(a, r->grad.median_ns),
            fmt_time(b, r->hess.median_ns), fmt_time(c, r->values.median_ns),
            fmt_ratio(d, r->hess.median_ns, r->grad.median_ns),
            fmt_ratio(e, r->values.median_ns, r->grad.median_ns),
@@ -238,6 +243,7 @@ static void print_row(const srow *r)
 static void write_row(FILE *f, const srow *r)
 {
     fprintf(f, "%s\t%zu\t%zu\t%zu\t", r->o->name, r->n, r->records, r->nnz);
+    tsv_num(f, r->bytes, 0);
     tsv_num(f, r->grad.median_ns, 0);
     tsv_num(f, r->hess.median_ns, 0);
     tsv_num(f, r->values.median_ns, 0);
@@ -260,9 +266,11 @@ int section_sparse_hessian(const bench_ctx *b, size_t max_n)
            "colouring (new; over %.0f s: timed once; over %.0f s: no larger n) or reusing "
            "the last call's (repeat); dr/p: hess / repeat\n",
            b->peer ? b->peer : "none", PEER_BATCH_NS / 1e9, PEER_GIVE_UP_NS / 1e9);
-    printf("%-11s %8s %9s %9s | %9s %9s %9s | %6s %6s | %-6s | %9s %9s %6s | %s\n", "objective",
-           "n", "records", "nnz", "grad", "hess", "values", "h/gr", "v/gr", "target", "peer new",
-           "repeat", "dr/p", "check");
+    printf("B/rec: bytes the thread keeps after one call from fresh (ad_tape_stats: records, "
+           "second partials, cotangents, the sweep's arrays) per record\n");
+    printf("%-11s %8s %9s %9s %6s | %9s %9s %9s | %6s %6s | %-6s | %9s %9s %6s | %s\n",
+           "objective", "n", "records", "nnz", "B/rec", "grad", "hess", "values", "h/gr", "v/gr",
+           "target", "peer new", "repeat", "dr/p", "check");
     FILE *tsv = tsv_open(b, "sparse_hessian.tsv", TSV_HEADER);
     int ok = 1;
     for (size_t k = 0; k < sizeof objs / sizeof *objs; k++) {

@@ -241,6 +241,10 @@ typedef struct ad_tape_stats {
     size_t adjoint_bytes;  /* bytes reserved for cotangents */
     size_t block_bytes;    /* bytes the last recording keeps beside its records: the data of
                               recorded matrices, products and external functions */
+    size_t side_bytes;     /* bytes reserved beside the records by second-order and checked
+                              recordings (24 per record each) */
+    size_t driver_bytes;   /* bytes the drivers keep with the tape between calls: the sweeps'
+                              work arrays, the sparse stores, the sparse Hessian's interactions */
 } ad_tape_stats;
 
 AD_API ad_status ad_tape_stats_get(ad_tape_stats *out);

@@ -12,7 +12,13 @@ static void scratch_free(void *state)
     ad_free(sc->flags);
 }
 
-const ad_tenant ad_block_tenant = {sizeof(ad_block_scratch), scratch_free};
+static size_t scratch_bytes(const void *state)
+{
+    const ad_block_scratch *sc = state;
+    return sc->work_cap * sizeof *sc->work + sc->flags_cap;
+}
+
+const ad_tenant ad_block_tenant = {sizeof(ad_block_scratch), scratch_free, scratch_bytes};
 
 int ad_block_reserve(ad_tape *t, size_t doubles)
 {

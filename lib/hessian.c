@@ -35,7 +35,12 @@ static void scratch_free(void *state)
     ad_free(((scratch *)state)->tan2);
 }
 
-static const ad_tenant tenant = {sizeof(scratch), scratch_free};
+static size_t scratch_bytes(const void *state)
+{
+    return ((const scratch *)state)->cap * sizeof(double);
+}
+
+static const ad_tenant tenant = {sizeof(scratch), scratch_free, scratch_bytes};
 
 /* adjd[a] += z' w + z wd, for every lane, and adj[a] += z w. */
 AD_INLINE void give(double *adj, double *adjd, uint32_t a, double z, const double *zd, double w,

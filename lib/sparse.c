@@ -66,7 +66,13 @@ static void state_free(void *state)
     ad_free(st->summary);
 }
 
-static const ad_tenant tenant = {sizeof(sparse_state), state_free};
+static size_t state_bytes(const void *state)
+{
+    const sparse_state *st = state;
+    return st->tag_cap * sizeof *st->tag + (st->bits_cap + st->summary_cap) * sizeof *st->bits;
+}
+
+static const ad_tenant tenant = {sizeof(sparse_state), state_free, state_bytes};
 
 /* Room for a zeroed bitmap of `words` words; kept zero between calls. */
 static int reserve_bits(uint64_t **bits, size_t *cap, size_t words)

@@ -83,7 +83,18 @@ static void pairs_free(void *state)
     ad_free(ps->jval);
 }
 
-static const ad_tenant tenant = {sizeof(pairs), pairs_free};
+static size_t pairs_bytes(const void *state)
+{
+    const pairs *ps = state;
+    return ps->pool_cap * sizeof *ps->pool + ps->ids_cap * sizeof *ps->head +
+           ps->seen_cap * sizeof *ps->seen + ps->acc_cap * sizeof *ps->acc +
+           ps->reached_cap * sizeof *ps->reached + ps->cols_cap * sizeof *ps->cols +
+           ps->arg_cap * sizeof *ps->arg + ps->g_cap * sizeof *ps->g + ps->x_cap * sizeof *ps->x +
+           ps->brow_cap * sizeof *ps->brow + ps->jstart_cap * sizeof *ps->jstart +
+           ps->jarg_cap * sizeof *ps->jarg + ps->jval_cap * sizeof *ps->jval;
+}
+
+static const ad_tenant tenant = {sizeof(pairs), pairs_free, pairs_bytes};
 
 /* ---- the rows ---- */
 

@@ -373,6 +373,12 @@ ad_status ad_tape_stats_get(ad_tape_stats *out)
     out->tape_bytes = t->nchunks * AD_CHUNK * sizeof(ad__record);
     out->adjoint_bytes = t->adj_cap * sizeof(double);
     out->block_bytes = t->first ? t->blocks_len : 0;
+    for (int i = 0; i < AD_MODES; i++)
+        out->side_bytes += t->side[i].n * AD_CHUNK * sizeof(ad__record);
+    for (int i = 0; i < AD_TENANTS && t->tenant[i].who; i++)
+        out->driver_bytes += t->tenant[i].who->size +
+                             (t->tenant[i].who->bytes ? t->tenant[i].who->bytes(t->tenant[i].state)
+                                                      : 0);
     return AD_OK;
 }
 

@@ -57,6 +57,7 @@ typedef struct ad_on {
 typedef struct ad_tenant {
     size_t size;                /* bytes of state, zero when first made */
     void (*free)(void *state);  /* frees what the state owns (not the state), or NULL */
+    size_t (*bytes)(const void *state);  /* what it owns, for ad_tape_stats; or NULL */
 } ad_tenant;
 
 #define AD_TENANTS 6

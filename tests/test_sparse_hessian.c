@@ -694,6 +694,29 @@ static void test_errors(void **state)
     check_hessian(rosenbrock, NULL, 4, x, NULL);
 }
 
+/* What the thread keeps after a sparse Hessian: the second partials beside
+ * the records, the sweep's arrays; nothing after ad_release. */
+static void test_memory_statistics(void **state)
+{
+    double x[1000], fx, g[1000];
+    ad_tape_stats st;
+    ad_csr H;
+    (void)state;
+    fill(x, 1000, 1.25);
+    assert_int_equal(ad_release(), AD_OK);
+    assert_int_equal(ad_sparse_hessian(rosenbrock, NULL, 1000, x, &fx, g, &H), AD_OK);
+    ad_csr_free(&H);
+    assert_int_equal(ad_tape_stats_get(&st), AD_OK);
+    assert_true(st.side_bytes >= st.records * st.record_bytes);
+    assert_true(st.side_bytes <= st.tape_bytes);
+    /* 16 bytes per waiting interaction, 20 per ID at least */
+    assert_true(st.driver_bytes >= 20 * (st.inputs + st.records));
+    assert_int_equal(ad_release(), AD_OK);
+    assert_int_equal(ad_tape_stats_get(&st), AD_OK);
+    assert_int_equal(st.side_bytes, 0);
+    assert_int_equal(st.driver_bytes, 0);
+}
+
 static void test_allocation_failures(void **state)
 {
     double x[12], fx, g[12];
@@ -734,6 +757,7 @@ int main(void)
         cmocka_unit_test(test_random_functions),
         cmocka_unit_test(test_small),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_memory_statistics),
         cmocka_unit_test(test_allocation_failures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

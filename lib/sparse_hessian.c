@@ -606,23 +606,29 @@ static ad_status hessian(ad_tape *t, size_t n, double *grad, ad_csr *H, int fixe
     return s;
 }
 
+/* f recorded at x, its Hessian into H (fixed: into H's structure), *fx. */
+static ad_status record_and_sweep(ad_objective f, void *ctx, size_t n, const double *x,
+                                  double *fx, double *grad, ad_csr *H, int fixed)
+{
+    ad_tape *t = ad_thread_tape();
+    ad_status s = ad_record_objective(t, f, ctx, n, x, 1);
+    if (s == AD_OK)
+        s = hessian(t, n, grad, H, fixed);
+    if (s == AD_OK)
+        ad_read_outputs(t, 1, fx);
+    return s;
+}
+
 ad_status ad_sparse_hessian(ad_objective f, void *ctx, size_t n, const double *x, double *fx,
                             double *grad, ad_csr *H)
 {
-    ad_tape *t = ad_thread_tape();
     ad_status s = AD_EINVAL;
     if (H)
         memset(H, 0, sizeof *H);
-    if (!f || !fx || !H || (n && (!x || !grad)))
-        goto fail;
-    s = ad_record_objective(t, f, ctx, n, x, 1);
+    if (f && fx && H && (!n || (x && grad)))
+        s = record_and_sweep(f, ctx, n, x, fx, grad, H, 0);
     if (s == AD_OK)
-        s = hessian(t, n, grad, H, 0);
-    if (s != AD_OK)
-        goto fail;
-    ad_read_outputs(t, 1, fx);
-    return AD_OK;
-fail:
+        return AD_OK;
     ad_csr_free(H);
     ad_fill_nan(fx, 1);
     ad_fill_nan(grad, n);
@@ -632,19 +638,12 @@ fail:
 ad_status ad_sparse_hessian_values(ad_objective f, void *ctx, size_t n, const double *x,
                                    double *fx, double *grad, ad_csr *H)
 {
-    ad_tape *t = ad_thread_tape();
     ad_status s = AD_EINVAL;
     int valid = H && lower_triangle(H, n);
-    if (!f || !fx || !valid || (n && (!x || !grad)))
-        goto fail;
-    s = ad_record_objective(t, f, ctx, n, x, 1);
+    if (f && fx && valid && (!n || (x && grad)))
+        s = record_and_sweep(f, ctx, n, x, fx, grad, H, 1);
     if (s == AD_OK)
-        s = hessian(t, n, grad, H, 1);
-    if (s != AD_OK)
-        goto fail;
-    ad_read_outputs(t, 1, fx);
-    return AD_OK;
-fail:
+        return AD_OK;
     if (valid)
         ad_fill_nan(H->val, H->nnz);
     ad_fill_nan(fx, 1);

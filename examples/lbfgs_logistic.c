@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include <dualrev.h>
+#include <dualrev/lbfgs.h>
 #include <lbfgs.h>
 
 #define T double
@@ -98,47 +99,15 @@ static void make_dataset(struct dataset *ds)
     }
 }
 
-/* What lbfgs() hands back to both callbacks. */
-struct problem {
-    struct logistic_data data;
-    ad_status status;  /* the first ad_gradient failure, or AD_OK */
-    int evaluations;
-};
-
-static lbfgsfloatval_t evaluate(void *instance, const lbfgsfloatval_t *x, lbfgsfloatval_t *g,
-                                const int n, const lbfgsfloatval_t step)
-{
-    struct problem *p = instance;
-    (void)step;
-
-    /* liblbfgs gives this callback no way to abort the run.  After a failure,
-     * answer NaN at once without recording: lbfgs soon stops on whichever of
-     * its tests the NaN trips, and the first failure is kept for the report. */
-    if (p->status != AD_OK) {
-        for (int i = 0; i < n; i++)
-            g[i] = NAN;
-        return NAN;
-    }
-
-    double fx;
-    ad_status s = ad_gradient(logistic_objective_ad, &p->data, (size_t)n, x, &fx, g);
-    p->evaluations++;
-    if (s != AD_OK)
-        p->status = s;  /* fx and g are already NaN */
-    return fx;
-}
-
+/* The bridge's progress callback (dualrev/lbfgs.h), which cancels the run
+ * after a failed gradient, with a line of output per iteration. */
 static int progress(void *instance, const lbfgsfloatval_t *x, const lbfgsfloatval_t *g,
                     const lbfgsfloatval_t fx, const lbfgsfloatval_t xnorm,
                     const lbfgsfloatval_t gnorm, const lbfgsfloatval_t step, int n, int k,
                     int ls)
 {
-    (void)instance;
-    (void)x;
-    (void)g;
-    (void)n;
     printf("%4d  %18.15f  %10.3e  %8.4f  %10.3e  %5d\n", k, fx, gnorm, xnorm, step, ls);
-    return 0;  /* nonzero would cancel the run */
+    return ad_lbfgs_progress(instance, x, g, fx, xnorm, gnorm, step, n, k, ls);
 }
 
 static const char *lbfgs_code_text(int code)
@@ -241,12 +210,10 @@ int main(int argc, char **argv)
     }
     make_dataset(ds);
 
-    struct problem prob = {
-        .data = {.samples = SAMPLES, .features = FEATURES, .x = ds->x, .y = ds->y,
-                 .lambda = LAMBDA},
-        .status = AD_OK,
-        .evaluations = 0,
-    };
+    struct logistic_data data = {.samples = SAMPLES, .features = FEATURES, .x = ds->x,
+                                 .y = ds->y, .lambda = LAMBDA};
+    /* liblbfgs's callbacks for the objective: each evaluation one ad_gradient */
+    ad_lbfgs bridge = ad_lbfgs_of(logistic_objective_ad, &data);
     printf("L2-regularised logistic regression: %d samples, %d features + bias, "
            "lambda = %g, %zu labels flipped (%.1f%%)\n",
            SAMPLES, FEATURES, LAMBDA, ds->flipped, 100.0 * (double)ds->flipped / SAMPLES);
@@ -260,16 +227,16 @@ int main(int argc, char **argv)
 
     printf("\n%4s  %18s  %10s  %8s  %10s  %5s\n", "iter", "f", "|g|", "|x|", "step", "evals");
     lbfgsfloatval_t fx_lbfgs;
-    int ret = lbfgs(PARAMS, w, &fx_lbfgs, evaluate, progress, &prob, &param);
+    int ret = lbfgs(PARAMS, w, &fx_lbfgs, ad_lbfgs_evaluate, progress, &bridge, &param);
     printf("\nlbfgs returned %d: %s\n", ret, lbfgs_code_text(ret));
-    printf("gradient evaluations  : %d\n", prob.evaluations);
+    printf("gradient evaluations  : %lu\n", bridge.evaluations);
 
     int status = EXIT_SUCCESS;
-    if (prob.status != AD_OK) {
+    if (bridge.status != AD_OK) {
         fprintf(stderr,
                 "ad_gradient failed during the optimisation: %s\n"
                 "(lbfgs saw only NaN from then on: its return code says nothing about the fit)\n",
-                ad_strerror(prob.status));
+                ad_strerror(bridge.status));
         status = EXIT_FAILURE;
         goto out;
     }
@@ -279,7 +246,7 @@ int main(int argc, char **argv)
     /* A fresh gradient at the returned point: lbfgs() does not hand back its
      * last gradient, and on failure it reverts to an earlier point anyway. */
     double fx_ad;
-    ad_status s = ad_gradient(logistic_objective_ad, &prob.data, PARAMS, w, &fx_ad, grad);
+    ad_status s = ad_gradient(logistic_objective_ad, &data, PARAMS, w, &fx_ad, grad);
     if (s != AD_OK) {
         fprintf(stderr, "ad_gradient failed at the final point: %s\n", ad_strerror(s));
         status = EXIT_FAILURE;
@@ -293,7 +260,7 @@ int main(int argc, char **argv)
     /* Both copies run the same operations in the same order on the same
      * values (dualrev computes an ad_real's value exactly as double code
      * would), so the results must agree to the last bit. */
-    double fx_double = logistic_objective_double(w, PARAMS, &prob.data);
+    double fx_double = logistic_objective_double(w, PARAMS, &data);
     printf("final f (ad_gradient) : %.17g\n", fx_ad);
     printf("final f (double build): %.17g  %s\n", fx_double,
            fx_double == fx_ad ? "(bitwise equal)" : "(MISMATCH)");
@@ -304,7 +271,7 @@ int main(int argc, char **argv)
            gnorm / fmax(1.0, xnorm), param.epsilon);
 
     printf("training accuracy     : %.2f%% (hidden true weights: %.2f%%)\n",
-           100.0 * accuracy(w, &prob.data), 100.0 * accuracy(ds->w_true, &prob.data));
+           100.0 * accuracy(w, &data), 100.0 * accuracy(ds->w_true, &data));
 
 out:
     printf("%s\n", status == EXIT_SUCCESS ? "result: converged" : "result: FAILED");

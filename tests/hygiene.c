@@ -23,6 +23,8 @@ ad_real hygiene_objective(const ad_real *x, size_t n, void *ctx)
     s = ad_add(s, ad_hypot(a, 1.0));
     s = ad_add(s, ad_fmin(a, b));
     s = ad_add(s, ad_fmax(0, b));
+    s = ad_add(s, ad_select_lt(a, b, a, ad_const(1.0)));
+    s = ad_add(s, ad_add(ad_select_le(a, b, a, b), ad_select_eq(a, b, b, a)));
     s = ad_add(s, ad_neg(a));
     s = ad_add(s, ad_sqrt(a));
     s = ad_add(s, ad_cbrt(a));

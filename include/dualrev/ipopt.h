@@ -1,0 +1,268 @@
+/* dualrev/ipopt.h: an Ipopt problem (its C interface, IpStdCInterface.h)
+ * from an objective f and constraints g, with exact derivatives:
+ *
+ *   minimise f(x)  subject to  g_l <= g(x) <= g_u,  x_l <= x <= x_u.
+ *
+ *   #include <dualrev/ipopt.h>
+ *
+ *   ad_ipopt b;
+ *   ad_status s = ad_ipopt_init(&b, f, g, ctx, n, m, x_l, x_u, g_l, g_u, x0);
+ *   AddIpoptNumOption(b.problem, "tol", 1e-9);        Ipopt's options, as they are
+ *   enum ApplicationReturnStatus app;
+ *   s = ad_ipopt_solve(&b, x, &obj, gx, mult_g, mult_x_l, mult_x_u, &app);
+ *   ad_ipopt_free(&b);
+ *
+ * Header only: the library itself does not depend on Ipopt.  The
+ * structures of the constraint Jacobian (ad_sparse_jacobian) and of the
+ * Hessian of the Lagrangian sigma f + lambda^T g (ad_sparse_hessian, with
+ * sigma and every lambda 1) are fixed at x0, and every later call is
+ * checked against them: a point where f or g branches so as to reach
+ * another entry stops the solve with AD_ESTRUCTURE (ad_select_lt keeps both
+ * branches and so a structure that does not move).  The gradient is one
+ * ad_gradient, the Jacobian one ad_sparse_jacobian, the Hessian one
+ * ad_sparse_hessian_values; Ipopt's value-only calls evaluate f and g on
+ * constants and record nothing.  A failing evaluation returns false to
+ * Ipopt and stops the solve at the next iteration's callback
+ * (User_Requested_Stop); its status is ad_ipopt_solve's result. */
+#ifndef DUALREV_IPOPT_H
+#define DUALREV_IPOPT_H
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <dualrev.h>
+#include <IpStdCInterface.h>
+
+AD__EXTERN_C_BEGIN
+
+typedef struct ad_ipopt {
+    IpoptProblem problem;  /* for Ipopt's options (AddIpopt*Option) */
+    ad_objective f;
+    ad_function g;         /* NULL when m is 0 */
+    void *ctx;
+    size_t n, m;
+    ad_status status;      /* AD_OK, or the first failing evaluation's status */
+    ad_csr jac, hess;      /* the structures fixed at x0 */
+    double sigma;          /* the Lagrangian's weights, in eval_h */
+    const double *lambda;
+    ad_real *xr, *yr;      /* x and g(x) as constants: value-only calls, the Lagrangian */
+    double *work;          /* n + m numbers */
+} ad_ipopt;
+
+/* sigma f(x) + lambda^T g(x), for the Hessian; ctx is the ad_ipopt. */
+static inline ad_real ad__ipopt_lagrangian(const ad_real *x, size_t n, void *ctx)
+{
+    ad_ipopt *b = (ad_ipopt *)ctx;
+    ad_real l = ad_mul(b->sigma, b->f(x, n, b->ctx));
+    if (!b->m)
+        return l;
+    for (size_t j = 0; j < b->m; j++)  /* yr: free while Ipopt asks for a Hessian */
+        b->yr[j] = ad_const(NAN);
+    b->g(x, n, b->yr, b->m, b->ctx);
+    return ad_add(l, ad_dot(b->m, b->yr, b->lambda));
+}
+
+/* The first failure is kept; Ipopt is told with false. */
+static inline int ad__ipopt_fail(ad_ipopt *b, ad_status s)
+{
+    if (b->status == AD_OK)
+        b->status = s;
+    return 0;
+}
+
+static inline Bool ad__ipopt_f(Index n, Number *x, Bool new_x, Number *obj, UserDataPtr data)
+{
+    ad_ipopt *b = (ad_ipopt *)data;
+    (void)new_x;
+    if (b->status != AD_OK)
+        return 0;
+    for (Index i = 0; i < n; i++)
+        b->xr[i] = ad_const(x[i]);
+    *obj = ad_value(b->f(b->xr, (size_t)n, b->ctx));
+    return 1;
+}
+
+static inline Bool ad__ipopt_grad_f(Index n, Number *x, Bool new_x, Number *grad,
+                                    UserDataPtr data)
+{
+    ad_ipopt *b = (ad_ipopt *)data;
+    double fx;
+    (void)new_x;
+    if (b->status != AD_OK)
+        return 0;
+    ad_status s = ad_gradient(b->f, b->ctx, (size_t)n, x, &fx, grad);
+    return s == AD_OK || ad__ipopt_fail(b, s);
+}
+
+static inline Bool ad__ipopt_g(Index n, Number *x, Bool new_x, Index m, Number *gx,
+                               UserDataPtr data)
+{
+    ad_ipopt *b = (ad_ipopt *)data;
+    (void)new_x;
+    if (b->status != AD_OK)
+        return 0;
+    for (Index i = 0; i < n; i++)
+        b->xr[i] = ad_const(x[i]);
+    for (Index j = 0; j < m; j++)
+        b->yr[j] = ad_const(NAN);
+    b->g(b->xr, (size_t)n, b->yr, (size_t)m, b->ctx);
+    for (Index j = 0; j < m; j++)
+        gx[j] = ad_value(b->yr[j]);
+    return 1;
+}
+
+/* A fixed structure's entries as Ipopt's (row, column) pairs, 0-based. */
+static inline void ad__ipopt_structure(const ad_csr *A, Index *row, Index *col)
+{
+    for (size_t r = 0; r < A->rows; r++)
+        for (size_t k = A->row_ptr[r]; k < A->row_ptr[r + 1]; k++) {
+            row[k] = (Index)r;
+            col[k] = (Index)A->col[k];
+        }
+}
+
+static inline Bool ad__ipopt_jac_g(Index n, Number *x, Bool new_x, Index m, Index nele,
+                                   Index *row, Index *col, Number *values, UserDataPtr data)
+{
+    ad_ipopt *b = (ad_ipopt *)data;
+    ad_csr J;
+    (void)new_x, (void)nele;
+    if (!values) {
+        ad__ipopt_structure(&b->jac, row, col);
+        return 1;
+    }
+    if (b->status != AD_OK)
+        return 0;
+    ad_status s = ad_sparse_jacobian(b->g, b->ctx, (size_t)n, x, (size_t)m, b->work, &J);
+    if (s == AD_OK && (J.nnz != b->jac.nnz ||
+                       memcmp(J.row_ptr, b->jac.row_ptr, ((size_t)m + 1) * sizeof *J.row_ptr) ||
+                       (J.nnz && memcmp(J.col, b->jac.col, J.nnz * sizeof *J.col))))
+        s = AD_ESTRUCTURE;
+    if (s == AD_OK && J.nnz)
+        memcpy(values, J.val, J.nnz * sizeof *values);
+    ad_csr_free(&J);
+    return s == AD_OK || ad__ipopt_fail(b, s);
+}
+
+static inline Bool ad__ipopt_h(Index n, Number *x, Bool new_x, Number obj_factor, Index m,
+                               Number *lambda, Bool new_lambda, Index nele, Index *row,
+                               Index *col, Number *values, UserDataPtr data)
+{
+    ad_ipopt *b = (ad_ipopt *)data;
+    double fx;
+    (void)new_x, (void)m, (void)new_lambda, (void)nele;
+    if (!values) {
+        ad__ipopt_structure(&b->hess, row, col);
+        return 1;
+    }
+    if (b->status != AD_OK)
+        return 0;
+    b->sigma = obj_factor;
+    b->lambda = lambda;
+    ad_status s = ad_sparse_hessian_values(ad__ipopt_lagrangian, b, (size_t)n, x, &fx, b->work,
+                                           &b->hess);
+    if (s == AD_OK && b->hess.nnz)
+        memcpy(values, b->hess.val, b->hess.nnz * sizeof *values);
+    return s == AD_OK || ad__ipopt_fail(b, s);
+}
+
+/* Ipopt's per-iteration callback: stops the solve after a failure. */
+static inline Bool ad__ipopt_iteration(Index alg_mod, Index iter, Number obj, Number inf_pr,
+                                       Number inf_du, Number mu, Number d_norm,
+                                       Number regularization_size, Number alpha_du,
+                                       Number alpha_pr, Index ls_trials, UserDataPtr data)
+{
+    (void)alg_mod, (void)iter, (void)obj, (void)inf_pr, (void)inf_du, (void)mu, (void)d_norm;
+    (void)regularization_size, (void)alpha_du, (void)alpha_pr, (void)ls_trials;
+    return ((const ad_ipopt *)data)->status == AD_OK;
+}
+
+static inline void ad_ipopt_free(ad_ipopt *b)
+{
+    if (b->problem)
+        FreeIpoptProblem(b->problem);
+    ad_csr_free(&b->jac);
+    ad_csr_free(&b->hess);
+    free(b->xr);
+    free(b->work);
+    memset(b, 0, sizeof *b);
+}
+
+/* The problem, its structures taken at x0 (n values, inside the bounds or
+ * not).  g NULL with m 0 for no constraints; bounds of +-1e19 or beyond are
+ * none (Ipopt's default).  AD_EINVAL (NULL f or bounds, g NULL with m > 0,
+ * sizes beyond Ipopt's int), the errors of ad_sparse_jacobian and
+ * ad_sparse_hessian at x0, AD_ENOMEM (also when Ipopt refuses the problem);
+ * b then holds nothing to free. */
+static inline ad_status ad_ipopt_init(ad_ipopt *b, ad_objective f, ad_function g, void *ctx,
+                                      size_t n, size_t m, const double *x_l, const double *x_u,
+                                      const double *g_l, const double *g_u, const double *x0)
+{
+    ad_status s = AD_EINVAL;
+    memset(b, 0, sizeof *b);
+    b->f = f;
+    b->g = g;
+    b->ctx = ctx;
+    b->n = n;
+    b->m = m;
+    b->sigma = 1.0;
+    if (!f || (m && !g) || !x0 || (n && (!x_l || !x_u)) || (m && (!g_l || !g_u)) ||
+        n > INT_MAX || m > INT_MAX)
+        goto fail;
+    s = AD_ENOMEM;
+    b->xr = (ad_real *)malloc((n + m + 1) * sizeof *b->xr);
+    b->work = (double *)malloc((n + m + 1) * sizeof *b->work);
+    double *ones = (double *)malloc((m + 1) * sizeof *ones);
+    if (!b->xr || !b->work || !ones) {
+        free(ones);
+        goto fail;
+    }
+    b->yr = b->xr + n;
+    for (size_t j = 0; j < m; j++)
+        ones[j] = 1.0;
+    b->lambda = ones;
+    double fx;
+    s = m ? ad_sparse_jacobian(g, ctx, n, x0, m, b->work, &b->jac) : AD_OK;
+    if (s == AD_OK)
+        s = ad_sparse_hessian(ad__ipopt_lagrangian, b, n, x0, &fx, b->work, &b->hess);
+    free(ones);
+    b->lambda = NULL;
+    if (s == AD_OK && (b->jac.nnz > INT_MAX || b->hess.nnz > INT_MAX))
+        s = AD_EINVAL;
+    if (s != AD_OK)
+        goto fail;
+    b->problem = CreateIpoptProblem((Index)n, (Number *)x_l, (Number *)x_u, (Index)m,
+                                    (Number *)g_l, (Number *)g_u, (Index)b->jac.nnz,
+                                    (Index)b->hess.nnz, 0, ad__ipopt_f, ad__ipopt_g,
+                                    ad__ipopt_grad_f, ad__ipopt_jac_g, ad__ipopt_h);
+    if (!b->problem || !SetIntermediateCallback(b->problem, ad__ipopt_iteration)) {
+        s = AD_ENOMEM;
+        goto fail;
+    }
+    return AD_OK;
+fail:
+    ad_ipopt_free(b);
+    return s;
+}
+
+/* IpoptSolve from x (n values; the solution on return), its results where
+ * the pointers are not NULL, and Ipopt's own status in *app.  Returns
+ * AD_OK, or the status of the first evaluation that failed (Ipopt was then
+ * stopped). */
+static inline ad_status ad_ipopt_solve(ad_ipopt *b, double *x, double *obj, double *gx,
+                                       double *mult_g, double *mult_x_l, double *mult_x_u,
+                                       enum ApplicationReturnStatus *app)
+{
+    b->status = AD_OK;
+    enum ApplicationReturnStatus r =
+        IpoptSolve(b->problem, x, gx, obj, mult_g, mult_x_l, mult_x_u, b);
+    if (app)
+        *app = r;
+    return b->status;
+}
+
+AD__EXTERN_C_END
+
+#endif

@@ -31,6 +31,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <dualrev.h>
 #include <IpStdCInterface.h>
@@ -49,7 +50,17 @@ typedef struct ad_ipopt {
     const double *lambda;
     ad_real *xr, *yr;      /* x and g(x) as constants: value-only calls, the Lagrangian */
     double *work;          /* n + m numbers */
+    double eval_seconds;   /* wall time spent in the callbacks, over the last solve */
+    long iterations;       /* Ipopt's iteration count, over the last solve */
 } ad_ipopt;
+
+/* Wall time in seconds (C11's timespec_get), for eval_seconds. */
+static inline double ad__ipopt_now(void)
+{
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* sigma f(x) + lambda^T g(x), for the Hessian; ctx is the ad_ipopt. */
 static inline ad_real ad__ipopt_lagrangian(const ad_real *x, size_t n, void *ctx)
@@ -78,9 +89,11 @@ static inline Bool ad__ipopt_f(Index n, Number *x, Bool new_x, Number *obj, User
     (void)new_x;
     if (b->status != AD_OK)
         return 0;
+    double t0 = ad__ipopt_now();
     for (Index i = 0; i < n; i++)
         b->xr[i] = ad_const(x[i]);
     *obj = ad_value(b->f(b->xr, (size_t)n, b->ctx));
+    b->eval_seconds += ad__ipopt_now() - t0;
     return 1;
 }
 
@@ -92,7 +105,9 @@ static inline Bool ad__ipopt_grad_f(Index n, Number *x, Bool new_x, Number *grad
     (void)new_x;
     if (b->status != AD_OK)
         return 0;
+    double t0 = ad__ipopt_now();
     ad_status s = ad_gradient(b->f, b->ctx, (size_t)n, x, &fx, grad);
+    b->eval_seconds += ad__ipopt_now() - t0;
     return s == AD_OK || ad__ipopt_fail(b, s);
 }
 
@@ -103,6 +118,7 @@ static inline Bool ad__ipopt_g(Index n, Number *x, Bool new_x, Index m, Number *
     (void)new_x;
     if (b->status != AD_OK)
         return 0;
+    double t0 = ad__ipopt_now();
     for (Index i = 0; i < n; i++)
         b->xr[i] = ad_const(x[i]);
     for (Index j = 0; j < m; j++)
@@ -110,6 +126,7 @@ static inline Bool ad__ipopt_g(Index n, Number *x, Bool new_x, Index m, Number *
     b->g(b->xr, (size_t)n, b->yr, (size_t)m, b->ctx);
     for (Index j = 0; j < m; j++)
         gx[j] = ad_value(b->yr[j]);
+    b->eval_seconds += ad__ipopt_now() - t0;
     return 1;
 }
 
@@ -135,6 +152,7 @@ static inline Bool ad__ipopt_jac_g(Index n, Number *x, Bool new_x, Index m, Inde
     }
     if (b->status != AD_OK)
         return 0;
+    double t0 = ad__ipopt_now();
     ad_status s = ad_sparse_jacobian(b->g, b->ctx, (size_t)n, x, (size_t)m, b->work, &J);
     if (s == AD_OK && (J.nnz != b->jac.nnz ||
                        memcmp(J.row_ptr, b->jac.row_ptr, ((size_t)m + 1) * sizeof *J.row_ptr) ||
@@ -143,6 +161,7 @@ static inline Bool ad__ipopt_jac_g(Index n, Number *x, Bool new_x, Index m, Inde
     if (s == AD_OK && J.nnz)
         memcpy(values, J.val, J.nnz * sizeof *values);
     ad_csr_free(&J);
+    b->eval_seconds += ad__ipopt_now() - t0;
     return s == AD_OK || ad__ipopt_fail(b, s);
 }
 
@@ -159,12 +178,14 @@ static inline Bool ad__ipopt_h(Index n, Number *x, Bool new_x, Number obj_factor
     }
     if (b->status != AD_OK)
         return 0;
+    double t0 = ad__ipopt_now();
     b->sigma = obj_factor;
     b->lambda = lambda;
     ad_status s = ad_sparse_hessian_values(ad__ipopt_lagrangian, b, (size_t)n, x, &fx, b->work,
                                            &b->hess);
     if (s == AD_OK && b->hess.nnz)
         memcpy(values, b->hess.val, b->hess.nnz * sizeof *values);
+    b->eval_seconds += ad__ipopt_now() - t0;
     return s == AD_OK || ad__ipopt_fail(b, s);
 }
 
@@ -174,9 +195,11 @@ static inline Bool ad__ipopt_iteration(Index alg_mod, Index iter, Number obj, Nu
                                        Number regularization_size, Number alpha_du,
                                        Number alpha_pr, Index ls_trials, UserDataPtr data)
 {
-    (void)alg_mod, (void)iter, (void)obj, (void)inf_pr, (void)inf_du, (void)mu, (void)d_norm;
+    ad_ipopt *b = (ad_ipopt *)data;
+    (void)alg_mod, (void)obj, (void)inf_pr, (void)inf_du, (void)mu, (void)d_norm;
     (void)regularization_size, (void)alpha_du, (void)alpha_pr, (void)ls_trials;
-    return ((const ad_ipopt *)data)->status == AD_OK;
+    b->iterations = iter;
+    return b->status == AD_OK;
 }
 
 static inline void ad_ipopt_free(ad_ipopt *b)
@@ -256,6 +279,8 @@ static inline ad_status ad_ipopt_solve(ad_ipopt *b, double *x, double *obj, doub
                                        enum ApplicationReturnStatus *app)
 {
     b->status = AD_OK;
+    b->eval_seconds = 0.0;
+    b->iterations = 0;
     enum ApplicationReturnStatus r =
         IpoptSolve(b->problem, x, gx, obj, mult_g, mult_x_l, mult_x_u, b);
     if (app)

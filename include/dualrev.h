@@ -223,6 +223,37 @@ typedef struct ad_rule {
 AD_API ad_status ad_external(const ad_rule *rule, void *ctx, size_t n, const ad_real *x,
                              size_t m, ad_real *y);
 
+/* ---- checkpointed time loops ----
+ *
+ * One step of a loop: next = step_k(state; params), n states, np
+ * parameters.  Called with ad_real values of the recording that runs it,
+ * or with constants; it must not keep them, nor use active values other
+ * than state and params (another recording's are refused, AD_EFOREIGN).
+ * It may be called many times for the same k (the reverse sweep replays
+ * steps from snapshots) and must compute the same thing each time. */
+typedef void (*ad_step_fn)(size_t k, const ad_real *state, ad_real *next, size_t n,
+                           const ad_real *params, size_t np, void *ctx);
+
+/* Inside a recording: runs `steps` steps from state0 and writes stateN,
+ * recording the loop as one block whose memory is `snapshots` states plus
+ * one step's tape, whatever `steps` is.  params (np of them) are read by
+ * every step and are differentiated too.  snapshots = 0 lets dualrev choose
+ * (the fewest for which each step is recomputed at most twice: about
+ * sqrt(2 steps)).  The forward pass runs the steps without recording,
+ * keeping states where the binomial schedule (revolve) puts them; a
+ * reverse sweep replays each step once on a tape of its own from the
+ * nearest snapshot, in revolve order.  Every driver sweeps through it
+ * (docs/api.md, "Checkpointed loops", for the cost of each).  Outside a
+ * recording, or when state0 and params are all constant, it just runs the
+ * loop.  state0 and stateN may be the same array.  Returns AD_OK,
+ * AD_EINVAL (NULL step or arrays, n = 0 with steps), AD_ENOMEM,
+ * AD_ERANGE, AD_EFOREIGN, AD_ENONFINITE (checks on), or what a step's
+ * recording met; the recording keeps the error, and stateN is NaN.  ctx
+ * must stay valid until the recording is last swept, as for ad_external. */
+AD_API ad_status ad_checkpointed_loop(ad_step_fn step, void *ctx, size_t steps, size_t snapshots,
+                                      size_t n, const ad_real *state0, size_t np,
+                                      const ad_real *params, ad_real *stateN);
+
 /* Cap the number of records one recording on this thread may hold
  * (0 restores the default: the whole ID range, about 4.29e9).  Past the cap
  * ad_gradient returns AD_ERANGE.  Returns the previous cap.  A second-order
@@ -240,11 +271,16 @@ typedef struct ad_tape_stats {
     size_t tape_bytes;     /* bytes reserved for records */
     size_t adjoint_bytes;  /* bytes reserved for cotangents */
     size_t block_bytes;    /* bytes the last recording keeps beside its records: the data of
-                              recorded matrices, products and external functions */
+                              recorded matrices, products, external functions and
+                              checkpointed loops (their snapshots included) */
     size_t side_bytes;     /* bytes reserved beside the records by second-order and checked
                               recordings (24 per record each) */
     size_t driver_bytes;   /* bytes the drivers keep with the tape between calls: the sweeps'
                               work arrays, the sparse stores, the sparse Hessian's interactions */
+    size_t snapshot_bytes; /* bytes of states the last recording's checkpointed loops keep
+                              (part of block_bytes) */
+    size_t step_bytes;     /* the largest tape (records and side tables) one step of a
+                              checkpointed loop has taken when replayed, since that recording */
 } ad_tape_stats;
 
 AD_API ad_status ad_tape_stats_get(ad_tape_stats *out);

@@ -18,7 +18,7 @@ static size_t scratch_bytes(const void *state)
     return sc->work_cap * sizeof *sc->work + sc->flags_cap;
 }
 
-const ad_tenant ad_block_tenant = {sizeof(ad_block_scratch), scratch_free, scratch_bytes};
+const ad_tenant ad_block_tenant = {sizeof(ad_block_scratch), scratch_free, scratch_bytes, NULL};
 
 int ad_block_reserve(ad_tape *t, size_t doubles)
 {
@@ -189,6 +189,15 @@ void ad_block_second(const ad_tape *t, const ad__record *r, uint32_t hid, const 
                      double *adj, double *adjd, size_t L)
 {
     const ad_block *b = ad_block_of(t, r);
+    enter();
     for (size_t l = 0; l < L; l++)
         b->kind->second(t, b, hid, tan, adj, adjd, L, l, l == 0);
+    leave();
+}
+
+void ad_block_fail(const ad_tape *t, ad_status s)
+{
+    ad_tape *w = (ad_tape *)(uintptr_t)t;  /* swept, not recorded: the fault is its one field written */
+    if (w->fault == AD_OK)
+        w->fault = s;
 }

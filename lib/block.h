@@ -96,6 +96,12 @@ AD_HIDDEN void ad_block_forward(const ad_tape *t, const ad__record *r, uint32_t 
 AD_HIDDEN void ad_block_second(const ad_tape *t, const ad__record *r, uint32_t hid,
                                const double *tan, double *adj, double *adjd, size_t L);
 
+/* A rule that fails in a sweep (a checkpointed loop's replay ran out of
+ * memory, say) says so here, and writes NaN where its results go: the
+ * first fault of a driver call is kept in t->fault, and ad_seeded (or the
+ * sparse driver) returns it. */
+AD_HIDDEN void ad_block_fail(const ad_tape *t, ad_status s);
+
 /* Cotangents of the arguments from those of the outputs, for the sparse
  * resolve: returns the argument cotangents (t's work array). */
 AD_HIDDEN const double *ad_block_pullback(const ad_tape *t, const ad_block *b, const double *ybar);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "block.h"
+#include "hessian.h"
 #include "recording.h"
 #include "second.h"
 #include "seeded.h"
@@ -40,7 +41,7 @@ static size_t scratch_bytes(const void *state)
     return ((const scratch *)state)->cap * sizeof(double);
 }
 
-static const ad_tenant tenant = {sizeof(scratch), scratch_free, scratch_bytes};
+static const ad_tenant tenant = {sizeof(scratch), scratch_free, scratch_bytes, NULL};
 
 /* adjd[a] += z' w + z wd, for every lane, and adj[a] += z w. */
 AD_INLINE void give(double *adj, double *adjd, uint32_t a, double z, const double *zd, double w,
@@ -281,22 +282,54 @@ static double *seeds(ad_tape *t, size_t n, size_t L)
     return tan;
 }
 
+/* The outputs' seeds: weights w of the m outputs and their tangents wd
+ * (one lane), or, w NULL, the objective's 1 and 0. */
+typedef struct out_seeds {
+    size_t m;
+    const double *w, *wd;
+} out_seeds;
+
 /* From the seeded inputs: the tangents, then the second-order sweep,
  * seeded with r's scale, exact or not (seeded.h, "Scaled seeds" and
  * ad_retry).  Leaves the gradient in t->adj; returns the cotangents'
  * tangents, whose lane l at the inputs is H v_l; both times the scale. */
-static const double *along(ad_tape *t, uint32_t top, size_t L, const ad_retry *r)
+static const double *along(ad_tape *t, uint32_t top, size_t L, const ad_retry *r,
+                           const out_seeds *o)
 {
     double *tan = ((scratch *)ad_tape_state_if(t, &tenant))->tan2;
     double *adjd = tan + ((size_t)top + 1) * L;
     ad_tangent(t, tan, top, L);
     memset(t->adj, 0, ((size_t)top + 1) * sizeof *t->adj);
     memset(adjd, 0, ((size_t)top + 1) * L * sizeof *adjd);
-    t->adj[t->outputs[0].id] += r->scale;  /* a constant objective seeds the sink */
-    if (r->exact)
-        ad_reach_mark(t, t->outputs[0].id);
+    /* Outputs that share an ID add up; a constant one seeds the sink. */
+    for (size_t j = 0; j < o->m; j++) {
+        uint32_t id = t->outputs[j].id;
+        double w = o->w ? o->w[j] : 1.0, wd = o->w ? o->wd[j] : 0.0;
+        t->adj[id] += w * r->scale;
+        adjd[(size_t)id * L] += wd * r->scale;
+        if (r->exact && (w != 0.0 || wd != 0.0))
+            ad_reach_mark(t, id);
+    }
     second_sweep(t, tan, t->adj, adjd, top, L, r->exact);
     return adjd;
+}
+
+static const out_seeds objective = {1, NULL, NULL};
+
+/* Room for the sweeps of a second-order recording with m outputs. */
+static ad_status room(ad_tape *t, size_t m, size_t L, uint32_t *top)
+{
+    if (t->traits & AD_TRAIT_NO_SECOND)
+        return AD_ENOTSUP;
+    *top = ad_outputs_top(t, m);
+    size_t ids = (size_t)*top + 1;
+    ad_status s = ad_tape_borrow_adjoints(t, ids);  /* left holding the gradient and more */
+    scratch *sc = s == AD_OK ? ad_tape_state(t, &tenant) : NULL;
+    if (s == AD_OK && (!sc || ids > SIZE_MAX / (2 * L)))
+        s = AD_ENOMEM;
+    if (s == AD_OK)
+        s = ad_reserve((void **)&sc->tan2, &sc->cap, 2 * L * ids, sizeof *sc->tan2);
+    return s;
 }
 
 /* Record f in second-order mode and make room for the sweeps. */
@@ -304,19 +337,7 @@ static ad_status prepare(ad_tape *t, ad_objective f, void *ctx, size_t n, const 
                          size_t L, uint32_t *top)
 {
     ad_status s = ad_record_objective(t, f, ctx, n, x, 1);
-    if (s != AD_OK)
-        return s;
-    if (t->traits & AD_TRAIT_NO_SECOND)
-        return AD_ENOTSUP;
-    *top = ad_outputs_top(t, 1);
-    size_t ids = (size_t)*top + 1;
-    s = ad_tape_borrow_adjoints(t, ids);  /* left holding the gradient and more */
-    scratch *sc = s == AD_OK ? ad_tape_state(t, &tenant) : NULL;
-    if (s == AD_OK && (!sc || ids > SIZE_MAX / (2 * L)))
-        s = AD_ENOMEM;
-    if (s == AD_OK)
-        s = ad_reserve((void **)&sc->tan2, &sc->cap, 2 * L * ids, sizeof *sc->tan2);
-    return s;
+    return s == AD_OK ? room(t, 1, L, top) : s;
 }
 
 /* The seeds and results of ad_hvp (v, hv) or of a block of ad_hessian
@@ -336,7 +357,7 @@ static double hvp_pass(ad_tape *t, const ad_retry *r, void *ctx)
     double *tan = seeds(t, n, 1);
     if (n)
         memcpy(tan + 1, c->v, n * sizeof *c->v);
-    const double *adjd = along(t, c->top, 1, r);
+    const double *adjd = along(t, c->top, 1, r, &objective);
     double sum = ad_results(r, c->grad, 1, t->adj + 1, 1, n);
     return sum + ad_results(r, c->hv, 1, adjd + 1, 1, n);
 }
@@ -349,7 +370,7 @@ static double hessian_pass(ad_tape *t, const ad_retry *r, void *ctx)
     double *tan = seeds(t, n, L);
     for (size_t b = 0; b < B; b++)
         tan[(j0 + b + 1) * L + b] = 1.0;
-    const double *adjd = along(t, c->top, L, r);
+    const double *adjd = along(t, c->top, L, r, &objective);
     double sum = ad_results(r, c->grad, 1, t->adj + 1, 1, n);
     for (size_t b = 0; b < B; b++)
         sum += ad_results(r, c->hess + j0 + b, n, adjd + L + b, L, n);
@@ -409,4 +430,33 @@ fail:
     if (hess && n && n <= SIZE_MAX / n)
         ad_fill_nan(hess, n * n);
     return s;
+}
+
+/* The seeds and results of ad_second_vjp. */
+typedef struct vjp_seeds {
+    size_t n;
+    const double *v;
+    out_seeds o;
+    double *xbar, *xbard;
+    uint32_t top;
+} vjp_seeds;
+
+/* One pass of ad_second_vjp (seeded.h, ad_pass). */
+static double vjp_pass(ad_tape *t, const ad_retry *r, void *ctx)
+{
+    const vjp_seeds *c = ctx;
+    double *tan = seeds(t, c->n, 1);
+    if (c->n)
+        memcpy(tan + 1, c->v, c->n * sizeof *c->v);
+    const double *adjd = along(t, c->top, 1, r, &c->o);
+    double sum = ad_results(r, c->xbar, 1, t->adj + 1, 1, c->n);
+    return sum + ad_results(r, c->xbard, 1, adjd + 1, 1, c->n);
+}
+
+ad_status ad_second_vjp(ad_tape *t, size_t m, const double *v, const double *w, const double *wd,
+                        double *xbar, double *xbard)
+{
+    vjp_seeds c = {.n = t->first - 1, .v = v, .o = {m, w, wd}, .xbar = xbar, .xbard = xbard};
+    ad_status s = room(t, m, 1, &c.top);
+    return s == AD_OK ? ad_seeded(t, c.top, 1, vjp_pass, &c, NULL) : s;
 }

@@ -14,7 +14,7 @@ static size_t marks_bytes(const void *state)
     return ((const ad_marks *)state)->cap * sizeof(uint64_t);
 }
 
-const ad_tenant ad_marks_tenant = {sizeof(ad_marks), marks_free, marks_bytes};
+const ad_tenant ad_marks_tenant = {sizeof(ad_marks), marks_free, marks_bytes, NULL};
 
 ad_status ad_reach_reserve(ad_tape *t, uint32_t top)
 {

@@ -211,7 +211,7 @@ AD_HIDDEN int ad_retry_plan(ad_retry *r, ad_tape *t, uint32_t top, int over, int
 static inline int ad_retry_next(ad_retry *r, ad_tape *t, uint32_t top, double sum)
 {
     int over = ad_watch_over(&r->watch);
-    return sum - sum != 0.0 && ad_retry_plan(r, t, top, over, sum != sum);
+    return sum - sum != 0.0 && t->fault == AD_OK && ad_retry_plan(r, t, top, over, sum != sum);
 }
 
 /* The seeded sweep of t up to ID top: `pass` with ctx, first scaled, then
@@ -219,7 +219,8 @@ static inline int ad_retry_next(ad_retry *r, ad_tape *t, uint32_t top, double su
  * has an exact form.  *last (if last is not NULL) gets the last pass's
  * sum, for a caller that looks further into results not all finite
  * (ad_check_reverse).  AD_ENOMEM if an exact pass's marks could not be
- * had, else AD_OK (a pass's own failure is the caller's to report).
+ * had, a block rule's fault (ad_block_fail: no pass follows it), else
+ * AD_OK (a pass's own failure is the caller's to report).
  * Always inlined, so that `pass`, a constant, is called directly and can
  * be inlined in its turn. */
 AD_INLINE ad_status ad_seeded(ad_tape *t, uint32_t top, int can_exact, ad_pass pass, void *ctx,
@@ -227,12 +228,13 @@ AD_INLINE ad_status ad_seeded(ad_tape *t, uint32_t top, int can_exact, ad_pass p
 {
     ad_retry r = ad_retry_begin(t, can_exact);
     double sum;
+    t->fault = AD_OK;
     do
         sum = pass(t, &r, ctx);
     while (ad_retry_next(&r, t, top, sum));
     if (last)
         *last = sum;
-    return r.status;
+    return r.status != AD_OK ? r.status : t->fault;
 }
 
 /* The first pass's results, as ad_unscale; a later pass's only where

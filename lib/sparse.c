@@ -72,7 +72,7 @@ static size_t state_bytes(const void *state)
     return st->tag_cap * sizeof *st->tag + (st->bits_cap + st->summary_cap) * sizeof *st->bits;
 }
 
-static const ad_tenant tenant = {sizeof(sparse_state), state_free, state_bytes};
+static const ad_tenant tenant = {sizeof(sparse_state), state_free, state_bytes, NULL};
 
 /* Room for a zeroed bitmap of `words` words; kept zero between calls. */
 static int reserve_bits(uint64_t **bits, size_t *cap, size_t words)

@@ -94,7 +94,7 @@ static size_t pairs_bytes(const void *state)
            ps->jarg_cap * sizeof *ps->jarg + ps->jval_cap * sizeof *ps->jval;
 }
 
-static const ad_tenant tenant = {sizeof(pairs), pairs_free, pairs_bytes};
+static const ad_tenant tenant = {sizeof(pairs), pairs_free, pairs_bytes, NULL};
 
 /* ---- the rows ---- */
 

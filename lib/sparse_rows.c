@@ -400,8 +400,10 @@ AD_INLINE ad_status rows_in(row_state *rs, ad_csr_out *o, size_t j0, size_t j1, 
     for (; g.j0 < j1 && g.s == AD_OK; g.j0 += L) {
         window_aim(&h.w, &h.rec, rs->t->outputs, g.j0 + PREFETCH_AHEAD * L, o->J->rows, L);
         g.start = o->J->nnz;
-        /* never exact: no marks, no top */
-        ad_seeded((ad_tape *)(uintptr_t)rs->t, 0, 0, group_pass, &g, NULL);
+        /* never exact: no marks, no top; fails only with a block's fault */
+        ad_status f = ad_seeded((ad_tape *)(uintptr_t)rs->t, 0, 0, group_pass, &g, NULL);
+        if (g.s == AD_OK)
+            g.s = f;
     }
     rs->h = h;
     return g.s;

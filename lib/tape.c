@@ -290,6 +290,7 @@ ad_status ad_tape_begin(ad_tape *t, ad_thread *th, size_t n, const ad_mode *cons
     if (limit && limit < (size_t)(AD__ID_END - t->first))
         t->id_end = t->first + (uint32_t)limit;
     t->status = AD_OK;
+    t->fault = AD_OK;
     t->blocks_len = 0;
     t->traits = 0;
     t->checks = th->checks;
@@ -375,10 +376,12 @@ ad_status ad_tape_stats_get(ad_tape_stats *out)
     out->block_bytes = t->first ? t->blocks_len : 0;
     for (int i = 0; i < AD_MODES; i++)
         out->side_bytes += t->side[i].n * AD_CHUNK * sizeof(ad__record);
-    for (int i = 0; i < AD_TENANTS && t->tenant[i].who; i++)
-        out->driver_bytes += t->tenant[i].who->size +
-                             (t->tenant[i].who->bytes ? t->tenant[i].who->bytes(t->tenant[i].state)
-                                                      : 0);
+    for (int i = 0; i < AD_TENANTS && t->tenant[i].who; i++) {
+        const ad_tenant *who = t->tenant[i].who;
+        out->driver_bytes += who->size + (who->bytes ? who->bytes(t->tenant[i].state) : 0);
+        if (who->stats && t->first)
+            who->stats(t->tenant[i].state, t, out);
+    }
     return AD_OK;
 }
 

@@ -58,9 +58,11 @@ typedef struct ad_tenant {
     size_t size;                /* bytes of state, zero when first made */
     void (*free)(void *state);  /* frees what the state owns (not the state), or NULL */
     size_t (*bytes)(const void *state);  /* what it owns, for ad_tape_stats; or NULL */
+    /* Its own figures of t's last recording for ad_tape_stats, or NULL. */
+    void (*stats)(const void *state, const ad_tape *t, ad_tape_stats *out);
 } ad_tenant;
 
-#define AD_TENANTS 6
+#define AD_TENANTS 8
 
 /* What a recording's blocks (block.h) make of it, for the drivers: a
  * block without a forward rule, without a second-order one, or without
@@ -73,6 +75,8 @@ enum {
 typedef struct ad_tape {
     ad__cursor cursor;       /* first: ad__active points here */
     ad_status status;        /* first error of this recording, sticky */
+    ad_status fault;         /* first error a block's rule met in the sweeps of one driver
+                                call (a checkpointed loop's replay): ad_seeded reports it */
     uint32_t first;          /* ID of the first record */
     uint32_t id_end;         /* IDs stay below this */
     size_t open;             /* chunks opened by this recording */

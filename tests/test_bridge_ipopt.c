@@ -110,6 +110,34 @@ static void test_structure_moves(void **state)
     ad_ipopt_free(&b);
 }
 
+/* Rosenbrock under a constraint whose term in x1 is there only where
+ * x0 < 0.5: the start point fixes both entries of its row, and past
+ * x0 = 0.5 the point reaches fewer, which is no change of structure. */
+static void shrinking_g(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
+{
+    (void)n, (void)m, (void)ctx;
+    y[0] = ad_add(x[0], 0.0);
+    if (ad_value(x[0]) < 0.5)
+        y[0] = ad_add(y[0], ad_mul(1e-3, x[1]));
+}
+
+static void test_structure_shrinks(void **state)
+{
+    double x[2] = {0.0, 0.0}, obj;
+    const double lo[2] = {-1e20, -1e20}, hi[2] = {1e20, 1e20}, gl[1] = {-1e20}, gu[1] = {1.5};
+    ad_ipopt b;
+    enum ApplicationReturnStatus app;
+    (void)state;
+    assert_int_equal(ad_ipopt_init(&b, rosenbrock, shrinking_g, NULL, 2, 1, lo, hi, gl, gu, x),
+                     AD_OK);
+    assert_int_equal(b.jac.nnz, 2);
+    quiet(&b);
+    assert_int_equal(ad_ipopt_solve(&b, x, &obj, NULL, NULL, NULL, NULL, &app), AD_OK);
+    assert_int_equal(app, Solve_Succeeded);
+    assert_true(fabs(x[0] - 1.0) < 1e-6 && fabs(x[1] - 1.0) < 1e-6);
+    ad_ipopt_free(&b);
+}
+
 static void test_failure_stops(void **state)
 {
     double x[2] = {1.0, 2.0}, obj;
@@ -146,6 +174,7 @@ int main(void)
         cmocka_unit_test(test_hs71_limited_memory),
         cmocka_unit_test(test_value_calls_record_nothing),
         cmocka_unit_test(test_structure_moves),
+        cmocka_unit_test(test_structure_shrinks),
         cmocka_unit_test(test_failure_stops),
         cmocka_unit_test(test_init_errors),
     };

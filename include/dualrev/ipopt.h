@@ -140,6 +140,24 @@ static inline void ad__ipopt_structure(const ad_csr *A, Index *row, Index *col)
         }
 }
 
+/* J's entries written into the fixed structure A (both rows' columns
+ * ascending): 0 where the point reaches fewer entries than A's start
+ * point did, AD_ESTRUCTURE where it reaches one outside A. */
+static inline ad_status ad__ipopt_scatter(const ad_csr *A, const ad_csr *J, Number *values)
+{
+    for (size_t r = 0; r < A->rows; r++) {
+        size_t k = J->row_ptr[r];
+        for (size_t e = A->row_ptr[r]; e < A->row_ptr[r + 1]; e++) {
+            values[e] = 0.0;
+            if (k < J->row_ptr[r + 1] && J->col[k] == A->col[e])
+                values[e] = J->val[k++];
+        }
+        if (k != J->row_ptr[r + 1])
+            return AD_ESTRUCTURE;
+    }
+    return AD_OK;
+}
+
 static inline Bool ad__ipopt_jac_g(Index n, Number *x, Bool new_x, Index m, Index nele,
                                    Index *row, Index *col, Number *values, UserDataPtr data)
 {
@@ -154,12 +172,8 @@ static inline Bool ad__ipopt_jac_g(Index n, Number *x, Bool new_x, Index m, Inde
         return 0;
     double t0 = ad__ipopt_now();
     ad_status s = ad_sparse_jacobian(b->g, b->ctx, (size_t)n, x, (size_t)m, b->work, &J);
-    if (s == AD_OK && (J.nnz != b->jac.nnz ||
-                       memcmp(J.row_ptr, b->jac.row_ptr, ((size_t)m + 1) * sizeof *J.row_ptr) ||
-                       (J.nnz && memcmp(J.col, b->jac.col, J.nnz * sizeof *J.col))))
-        s = AD_ESTRUCTURE;
-    if (s == AD_OK && J.nnz)
-        memcpy(values, J.val, J.nnz * sizeof *values);
+    if (s == AD_OK)
+        s = ad__ipopt_scatter(&b->jac, &J, values);
     ad_csr_free(&J);
     b->eval_seconds += ad__ipopt_now() - t0;
     return s == AD_OK || ad__ipopt_fail(b, s);

@@ -157,7 +157,7 @@ static ad_aux structure(int op, double y, ad_aux h)
     else if (op == AD__OP_POW_RD)
         aa = y != 0.0 && y != 1.0;
     else if (op == AD__OP_POW_DR)
-        aa = y != 1.0;
+        aa = y != 1.0 && y != 0.0;
     h.aa = mark(aa, h.aa);
     h.ab = mark(ab, h.ab);
     h.bb = mark(bb, h.bb);

@@ -569,7 +569,8 @@ static size_t find(const ad_csr *H, size_t r, size_t c)
 /* The inputs' rows written into H's fixed structure. */
 static ad_status scatter(pairs *ps, size_t n, ad_csr *H)
 {
-    memset(H->val, 0, H->nnz * sizeof *H->val);
+    if (H->nnz)  /* val may be NULL then */
+        memset(H->val, 0, H->nnz * sizeof *H->val);
     for (uint32_t r = 1; r <= n; r++) {
         size_t k = take_row(ps, r);
         if (ps->status != AD_OK)

@@ -330,15 +330,16 @@ static ad_real zero_here(const ad_real *x, size_t n, void *ctx)
     return ad_add(ad_add(c, ad_mul(x[1], x[2])), ad_pow(x[3], 2.5));
 }
 
-/* Linear and piecewise linear operations, powers 0 and 1 and of base 1:
- * no interaction at all. */
+/* Linear and piecewise linear operations, powers 0 and 1 and of bases 1
+ * and 0 (0^x is constant, by convention, where it is finite): no
+ * interaction at all. */
 static ad_real no_curvature(const ad_real *x, size_t n, void *ctx)
 {
     (void)n, (void)ctx;
     ad_real s = ad_add(ad_sub(x[0], ad_neg(x[1])), ad_fabs(x[2]));
     s = ad_add(s, ad_fmax(x[0], x[1]));
     s = ad_add(s, ad_add(ad_pow(x[2], 1.0), ad_pow(x[3], 0.0)));
-    return ad_add(s, ad_pow(1.0, x[3]));
+    return ad_add(ad_add(s, ad_pow(1.0, x[3])), ad_pow(0.0, x[1]));
 }
 
 static void test_structure_without_values(void **state)

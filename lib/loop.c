@@ -133,22 +133,25 @@ static ad_status replay_start(replay *rp, const ad_tape *owner, const loop *lp, 
 }
 
 /* Steps k0 .. k1-1 on plain values, from and into the state in reg.
- * They run with a recording of their own active (one level down) that
- * records nothing, as every value is constant; an active value the step
- * takes from elsewhere fails it, AD_EFOREIGN, instead of going unseen. */
-static ad_status run_plain(replay *rp, size_t k0, size_t k1)
+ * With `guard`, they run with a recording of their own active (one level
+ * down) that records nothing, as every value is constant: an active value
+ * the step takes from elsewhere (the recording around the loop) fails it,
+ * AD_EFOREIGN, instead of going unseen.  Outside every recording no value
+ * is active, and the thread's next tape keeps its last recording. */
+static ad_status run_plain(replay *rp, size_t k0, size_t k1, int guard)
 {
     const loop *lp = rp->lp;
     size_t n = lp->n;
     ad_thread *th = ad_thread_self();
-    ad_tape *g = ad_thread_tape();
-    if (!g)
+    ad_tape *g = guard ? ad_thread_tape() : NULL;
+    if (guard && !g)
         return AD_ENESTING;
-    ad_status s = ad_tape_begin(g, th, 0, NULL, 0);
+    ad_status s = g ? ad_tape_begin(g, th, 0, NULL, 0) : AD_OK;
     if (s != AD_OK)
         return s;
     ad__cursor *outer = ad__active;
-    ad__active = &g->cursor;
+    if (g)
+        ad__active = &g->cursor;
     th->depth++;
     for (size_t k = k0; k < k1 && s == AD_OK; k++) {
         for (size_t i = 0; i < n; i++) {
@@ -156,7 +159,7 @@ static ad_status run_plain(replay *rp, size_t k0, size_t k1)
             rp->out[i] = ad_const(NAN);  /* what the step leaves unwritten */
         }
         lp->step(k, rp->in, rp->out, n, rp->in + n, lp->np, lp->ctx);
-        s = g->status;
+        s = g ? g->status : AD_OK;
         for (size_t i = 0; i < n; i++) {
             if (rp->out[i].id && s == AD_OK)
                 s = AD_EFOREIGN;  /* an active value, not made here */
@@ -217,7 +220,7 @@ static ad_status run_tangent(replay *rp, size_t k0, size_t k1)
 
 static ad_status advance(replay *rp, size_t k0, size_t k1)
 {
-    return rp->second ? run_tangent(rp, k0, k1) : run_plain(rp, k0, k1);
+    return rp->second ? run_tangent(rp, k0, k1) : run_plain(rp, k0, k1, 1);
 }
 
 /* Step k's reverse, from the state in reg: the state's cotangent lam
@@ -442,7 +445,7 @@ static ad_status just_run(ad_step_fn step, void *ctx, size_t steps, size_t n, co
     ad_status s = replay_start(&rp, NULL, lp, 0);
     if (s == AD_OK) {
         memcpy(rp.reg, x, n * sizeof *rp.reg);
-        s = run_plain(&rp, 0, steps);
+        s = run_plain(&rp, 0, steps, ad_recording() != NULL);
         for (size_t i = 0; i < n && s == AD_OK; i++)
             y[i] = ad_const(rp.reg[i]);
         replay_free(&rp);
@@ -461,7 +464,7 @@ static ad_status forward(ad_tape *t, loop *lp)
     memcpy(lp_snap(lp, 0), lp_x(lp), lp->n * sizeof(double));
     s = schedule(&rp, 0, 0);
     if (s == AD_OK)
-        s = run_plain(&rp, lp->steps - 1, lp->steps);
+        s = run_plain(&rp, lp->steps - 1, lp->steps, 1);
     memcpy(lp_y(lp), rp.reg, lp->n * sizeof(double));
     replay_free(&rp);
     lp->warm = 1;

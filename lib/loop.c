@@ -115,6 +115,7 @@ static ad_status replay_start(replay *rp, const ad_tape *owner, const loop *lp, 
         replay_free(rp);
         return AD_ENOMEM;
     }
+    memset(rp->reg, 0, 2 * n * sizeof *rp->reg);  /* the tangents a first-order replay keeps */
     rp->vals = rp->reg + 2 * n;
     rp->vin = rp->vals + nx;
     rp->xb = rp->vin + nx;
@@ -194,7 +195,7 @@ static ad_tape *record_step(replay *rp, size_t k, int second, ad_status *s)
     *s = ad_record(T, step_function, &c, lp->n + lp->np, rp->vals, lp->n, second);
     if (*s != AD_OK)
         return NULL;
-    loop_stats *st = ad_tape_state_if(rp->owner, &stats_tenant);
+    loop_stats *st = rp->owner ? ad_tape_state_if(rp->owner, &stats_tenant) : NULL;
     size_t bytes = (size_t)(T->cursor.next - T->first) * sizeof(ad__record) * (1 + (size_t)T->non);
     if (st && bytes > st->step_bytes)
         st->step_bytes = bytes;

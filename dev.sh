@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-BASE_PKGS="gcc libc6-dev pkg-config meson ninja-build libcmocka-dev uthash-dev liblbfgs-dev libgsl-dev libnlopt-dev coinor-libipopt-dev"
+BASE_PKGS="gcc libc6-dev pkg-config meson ninja-build libcmocka-dev uthash-dev liblbfgs-dev libgsl-dev libnlopt-dev coinor-libipopt-dev libopenmpi-dev openmpi-bin"
 # The consumer tests (tests/consumers) also build with CMake and C++.
 TEST_PKGS="$BASE_PKGS g++ cmake"
 

@@ -30,7 +30,7 @@ LAYERS = [
     ("sweeps", "reverse, forward and checked sweeps, written against the walker",
      ["resolve", "tangent", "check_sweep"]),
     ("drivers", "what the user calls: record, sweep, read out",
-     ["recording", "gradient", "linear", "hessian", "loop", "revolve", "sparse", "sparse_rows", "sparse_csr", "sparse_hessian",
+     ["recording", "gradient", "linear", "hessian", "loop", "revolve", "sum", "sparse", "sparse_rows", "sparse_csr", "sparse_hessian",
       "dump", "testing"]),
 ]
 HEADER_ONLY = ["walk.h"]

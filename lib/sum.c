@@ -1,0 +1,338 @@
+/* dualrev: gradients and Hessian-vector products of sums, by chunks of
+ * terms on the library's own threads (ad_gradient_sum, ad_hvp_sum).
+ *
+ * The terms are cut into chunks whose size depends only on the first
+ * term's tape and the budget, never on the threads.  A worker takes the
+ * next chunk, records it (the inputs, then its terms, summed in order) on
+ * its own thread's tape, sweeps it and reuses the tape for its next chunk;
+ * the chunks' results are added into the caller's arrays in chunk order,
+ * each worker waiting for its turn.  So fx and grad are the same bits for
+ * every number of threads, and a worker holds one chunk's tape. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "recording.h"
+#include "status.h"
+#include "sweep.h"
+#include "tape.h"
+
+#define SUM_MAX_THREADS 64
+#define SUM_DEFAULT_BYTES ((size_t)1 << 20)
+
+/* ---- one call ---- */
+
+typedef struct job {
+    ad_term term;
+    void *ctx;
+    size_t nterms, n, per;  /* per: terms in each chunk after the first, which is term 0 */
+    size_t nchunks;
+    const double *x, *v;    /* v: the direction of ad_hvp_sum, or NULL */
+    unsigned checks;        /* the caller's ad_set_checks flags */
+    double *fx, *grad, *hv; /* the caller's, summed into in chunk order */
+    atomic_size_t next;     /* the next chunk to take */
+    atomic_int stop;        /* a chunk failed: take no more */
+    pthread_mutex_t mu;
+    pthread_cond_t turn_cv;
+    size_t turn;            /* the chunk whose results go in next */
+    size_t failed_at;       /* the first failed chunk (SIZE_MAX: none) */
+    ad_status status;       /* its status */
+    ad_fault fault;         /* its fault, if AD_ENONFINITE */
+    int has_fault;
+} job;
+
+typedef struct chunk {
+    const job *jb;
+    size_t i0, i1;
+} chunk;
+
+/* The chunk's terms, summed in order. */
+static ad_real chunk_sum(const ad_real *x, size_t n, void *ctx)
+{
+    const chunk *ch = ctx;
+    ad_real s = ch->jb->term(ch->i0, x, n, ch->jb->ctx);
+    for (size_t i = ch->i0 + 1; i < ch->i1; i++)
+        s = ad_add(s, ch->jb->term(i, x, n, ch->jb->ctx));
+    return s;
+}
+
+static chunk chunk_of(const job *jb, size_t c)
+{
+    chunk ch = {jb, 0, 1};
+    if (c > 0) {
+        ch.i0 = 1 + (c - 1) * jb->per;
+        ch.i1 = jb->nterms - ch.i0 < jb->per ? jb->nterms : ch.i0 + jb->per;
+    }
+    return ch;
+}
+
+/* Chunk c's value, gradient and H v into f, g and hv (scratch). */
+static ad_status run_chunk(const job *jb, size_t c, double *f, double *g, double *hv)
+{
+    chunk ch = chunk_of(jb, c);
+    unsigned was = ad_set_checks(jb->checks);
+    ad_status s = jb->v ? ad_hvp(chunk_sum, &ch, jb->n, jb->x, jb->v, f, g, hv)
+                        : ad_gradient(chunk_sum, &ch, jb->n, jb->x, f, g);
+    ad_set_checks(was);
+    return s;
+}
+
+static void add(double *dst, const double *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] += src[i];
+}
+
+/* Chunk c's results into the caller's arrays, after chunk c - 1's; or its
+ * failure recorded (the first chunk's to fail, whatever the threads). */
+static void put(job *jb, size_t c, ad_status s, const double *f, const double *g, const double *hv)
+{
+    pthread_mutex_lock(&jb->mu);
+    while (jb->turn != c)
+        pthread_cond_wait(&jb->turn_cv, &jb->mu);
+    if (s != AD_OK && c < jb->failed_at) {
+        jb->failed_at = c;
+        jb->status = s;
+        jb->has_fault = s == AD_ENONFINITE && ad_last_fault(&jb->fault) == AD_OK;
+        atomic_store(&jb->stop, 1);
+    }
+    if (jb->failed_at == SIZE_MAX) {
+        *jb->fx += *f;
+        add(jb->grad, g, jb->n);
+        if (hv)
+            add(jb->hv, hv, jb->n);
+    }
+    jb->turn++;
+    pthread_cond_broadcast(&jb->turn_cv);
+    pthread_mutex_unlock(&jb->mu);
+}
+
+/* Takes chunks until there are none left or one failed.  The results of
+ * each go in at its turn, so a chunk taken is always put. */
+static void work(job *jb)
+{
+    size_t n = jb->n ? jb->n : 1;
+    double *g = ad_alloc(2 * n * sizeof *g), *hv = jb->v ? g + n : NULL, f;
+    for (;;) {
+        size_t c = atomic_fetch_add(&jb->next, 1);
+        if (c >= jb->nchunks)
+            break;
+        ad_status s = AD_ENOMEM;
+        if (g && !atomic_load(&jb->stop))
+            s = run_chunk(jb, c, &f, g, hv);
+        put(jb, c, s, &f, g, hv);
+    }
+    ad_free(g);
+}
+
+/* ---- the pool: threads kept between calls, serving one call at a time ---- */
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t wake, idle;
+    unsigned started;   /* threads made */
+    int busy;           /* a call has the pool */
+    job *jb;            /* its job */
+    unsigned want;      /* threads it asked for besides its caller */
+    unsigned joined;    /* of those, how many have taken it */
+    unsigned active;    /* threads working on it */
+    uint64_t generation;
+} pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER,
+        .idle = PTHREAD_COND_INITIALIZER};
+
+static void *pool_thread(void *arg)
+{
+    uint64_t seen = 0;
+    (void)arg;
+    pthread_mutex_lock(&pool.mu);
+    for (;;) {
+        while (!pool.jb || pool.generation == seen || pool.joined >= pool.want)
+            pthread_cond_wait(&pool.wake, &pool.mu);
+        seen = pool.generation;
+        job *jb = pool.jb;
+        pool.joined++;
+        pool.active++;
+        pthread_mutex_unlock(&pool.mu);
+        work(jb);
+        pthread_mutex_lock(&pool.mu);
+        if (--pool.active == 0)
+            pthread_cond_broadcast(&pool.idle);
+    }
+    return NULL;
+}
+
+/* The pool for a call wanting `helpers` threads besides the caller: the
+ * number it gets (0 if another call has the pool, or no thread could be
+ * made), the pool then being the caller's until pool_release. */
+static unsigned pool_take(job *jb, unsigned helpers)
+{
+    pthread_mutex_lock(&pool.mu);
+    if (pool.busy) {
+        pthread_mutex_unlock(&pool.mu);
+        return 0;
+    }
+    while (pool.started < helpers) {
+        pthread_t th;
+        pthread_attr_t at;
+        int ok = pthread_attr_init(&at) == 0;
+        if (ok) {
+            pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+            ok = pthread_create(&th, &at, pool_thread, NULL) == 0;
+            pthread_attr_destroy(&at);
+        }
+        if (!ok)
+            break;
+        pool.started++;
+    }
+    if (helpers > pool.started)
+        helpers = pool.started;
+    if (helpers) {
+        pool.busy = 1;
+        pool.jb = jb;
+        pool.want = helpers;
+        pool.joined = 0;
+        pool.generation++;
+        pthread_cond_broadcast(&pool.wake);
+    }
+    pthread_mutex_unlock(&pool.mu);
+    return helpers;
+}
+
+/* After the caller's own work, which took the last chunk: no helper joins
+ * any more, and those that did are waited for; then the pool is free. */
+static void pool_release(void)
+{
+    pthread_mutex_lock(&pool.mu);
+    pool.want = pool.joined;
+    while (pool.active > 0)
+        pthread_cond_wait(&pool.idle, &pool.mu);
+    pool.jb = NULL;
+    pool.busy = 0;
+    pthread_mutex_unlock(&pool.mu);
+}
+
+/* ---- the entry points ---- */
+
+static _Thread_local size_t chunk_bytes;  /* 0: SUM_DEFAULT_BYTES */
+
+size_t ad_set_sum_chunk_bytes(size_t bytes)
+{
+    size_t old = chunk_bytes ? chunk_bytes : SUM_DEFAULT_BYTES;
+    chunk_bytes = bytes;
+    return old;
+}
+
+static unsigned threads_for(unsigned threads, size_t nchunks)
+{
+    if (threads == 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = cores > 0 ? (unsigned)(cores < SUM_MAX_THREADS ? cores : SUM_MAX_THREADS) : 1;
+    }
+    if (threads > SUM_MAX_THREADS)
+        threads = SUM_MAX_THREADS;
+    return nchunks < threads ? (unsigned)nchunks : threads;
+}
+
+/* Terms per chunk: as many as fill the budget at the first term's size,
+ * and enough that the chunk's records outnumber its n inputs eightfold,
+ * whose cotangents every chunk clears and reads. */
+static ad_status chunk_size(job *jb)
+{
+    ad_tape *t = ad_thread_tape();
+    chunk ch = {jb, 0, 1};
+    ad_status s = ad_record_objective(t, chunk_sum, &ch, jb->n, jb->x, 0);
+    if (s != AD_OK)
+        return s;
+    size_t records = (size_t)(t->cursor.next - t->first) + 1;
+    size_t bytes = chunk_bytes ? chunk_bytes : SUM_DEFAULT_BYTES;
+    size_t want = bytes / (jb->v ? 3 : 1) / sizeof(ad__record);
+    if (want < 8 * jb->n)
+        want = 8 * jb->n;
+    jb->per = want / records ? want / records : 1;
+    jb->nchunks = 1 + (jb->nterms - 1 + jb->per - 1) / jb->per;
+    return AD_OK;
+}
+
+static ad_status sum(job *jb, unsigned threads)
+{
+    ad_status s = chunk_size(jb);
+    if (s != AD_OK)
+        return s;
+    *jb->fx = 0.0;
+    memset(jb->grad, 0, jb->n * sizeof *jb->grad);
+    if (jb->hv)
+        memset(jb->hv, 0, jb->n * sizeof *jb->hv);
+    jb->failed_at = SIZE_MAX;
+    jb->status = AD_OK;
+    if (pthread_mutex_init(&jb->mu, NULL) != 0)
+        return AD_ENOMEM;
+    if (pthread_cond_init(&jb->turn_cv, NULL) != 0) {
+        pthread_mutex_destroy(&jb->mu);
+        return AD_ENOMEM;
+    }
+    unsigned helpers = threads_for(threads, jb->nchunks) - 1;
+    if (helpers)
+        helpers = pool_take(jb, helpers);
+    work(jb);
+    if (helpers)
+        pool_release();
+    pthread_cond_destroy(&jb->turn_cv);
+    pthread_mutex_destroy(&jb->mu);
+    if (jb->has_fault) {  /* the failed chunk's, for the caller's ad_last_fault */
+        ad_thread *th = ad_thread_self();
+        th->fault = jb->fault;
+        th->has_fault = 1;
+    }
+    return jb->status;
+}
+
+static ad_status start(job *jb, ad_term term, void *ctx, size_t nterms, size_t n,
+                       const double *x, const double *v, double *fx, double *grad, double *hv)
+{
+    memset(jb, 0, sizeof *jb);
+    *jb = (job){.term = term, .ctx = ctx, .nterms = nterms, .n = n, .x = x, .v = v,
+                .checks = ad_thread_self()->checks, .fx = fx, .grad = grad, .hv = hv};
+    atomic_init(&jb->next, 0);
+    atomic_init(&jb->stop, 0);
+    if (nterms == 0) {
+        *fx = 0.0;
+        memset(grad, 0, n * sizeof *grad);
+        if (hv)
+            memset(hv, 0, n * sizeof *hv);
+    }
+    return AD_OK;
+}
+
+ad_status ad_gradient_sum(ad_term term, void *ctx, size_t nterms, size_t n, const double *x,
+                          double *fx, double *grad, unsigned threads)
+{
+    job jb;
+    ad_status s = AD_EINVAL;
+    if (term && fx && (!n || (x && grad))) {
+        start(&jb, term, ctx, nterms, n, x, NULL, fx, grad, NULL);
+        s = nterms ? sum(&jb, threads) : AD_OK;
+    }
+    if (s != AD_OK) {
+        ad_fill_nan(fx, 1);
+        ad_fill_nan(grad, n);
+    }
+    return s;
+}
+
+ad_status ad_hvp_sum(ad_term term, void *ctx, size_t nterms, size_t n, const double *x,
+                     const double *v, double *fx, double *grad, double *hv, unsigned threads)
+{
+    job jb;
+    ad_status s = AD_EINVAL;
+    if (term && fx && (!n || (x && v && grad && hv))) {
+        start(&jb, term, ctx, nterms, n, x, v, fx, grad, hv);
+        s = nterms ? sum(&jb, threads) : AD_OK;
+    }
+    if (s != AD_OK) {
+        ad_fill_nan(fx, 1);
+        ad_fill_nan(grad, n);
+        ad_fill_nan(hv, n);
+    }
+    return s;
+}

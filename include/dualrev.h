@@ -276,10 +276,10 @@ typedef void (*ad_step_fn)(size_t k, const ad_real *state, ad_real *next, size_t
  * nearest snapshot, in revolve order.  Every driver sweeps through it
  * (docs/api.md, "Checkpointed loops", for the cost of each).  Outside a
  * recording, or when state0 and params are all constant, it just runs the
- * loop.  state0 and stateN may be the same array.  Returns AD_OK,
- * AD_EINVAL (NULL step or arrays, n = 0 with steps), AD_ENOMEM,
- * AD_ERANGE, AD_EFOREIGN, AD_ENONFINITE (checks on), or what a step's
- * recording met; the recording keeps the error, and stateN is NaN.  ctx
+ * loop; n = 0 does nothing.  state0 and stateN may be the same array.
+ * Returns AD_OK, AD_EINVAL (NULL step or arrays), AD_ENOMEM, AD_ERANGE,
+ * AD_EFOREIGN, AD_ENONFINITE (checks on), or what a step's recording
+ * met; the recording keeps the error, and stateN is NaN.  ctx
  * must stay valid until the recording is last swept, as for ad_external. */
 AD_API ad_status ad_checkpointed_loop(ad_step_fn step, void *ctx, size_t steps, size_t snapshots,
                                       size_t n, const ad_real *state0, size_t np,

@@ -35,7 +35,7 @@ static const char *fault_op(const ad_tape *t, uint32_t id)
 {
     const ad__record *r = ad_tape_record(t, id);
     if (r->b == AD__BLOCK && ad_block_of(t, r)->kind->foreign)
-        return "external";
+        return ad_block_of(t, r)->kind->name;  /* "external", "checkpointed loop" */
     const char *op = ad_op_name(t, id);
     return op ? op : "?";
 }

@@ -44,7 +44,7 @@ static void ext_jvp(const ad_tape *t, const ad_block *b, const double *xdot, dou
 /* No second-order rule: ad_hvp reports AD_ENOTSUP on a tape with one. */
 static const ad_block_kind with_jvp = {.name = "external", .foreign = 1, .vjp = ext_vjp,
                                        .jvp = ext_jvp};
-static const ad_block_kind without_jvp = {.name = "external (no jvp)", .foreign = 1,
+static const ad_block_kind without_jvp = {.name = "external", .foreign = 1,
                                           .vjp = ext_vjp};
 
 /* The error is kept in the recording, if there is one, so that its caller

@@ -385,12 +385,15 @@ static void loop_second(const ad_tape *t, const ad_block *b, uint32_t hid, const
             rp.lam[j] = adj[hid + 1 + j];
             rp.lamd[j] = adjd[(size_t)(hid + 1 + j) * L + lane];
         }
-        if (all_zero(rp.lam, n) && all_zero(rp.lamd, n)) {
+        for (size_t k = 0; k < nx; k++)
+            rp.vin[k] = ids[k] ? tan[(size_t)ids[k] * L + lane] : 0.0;
+        /* Nothing to add: no cotangent at all, or, past the first lane
+         * (which alone adds to adj), no tangent of it either (a lane
+         * ad_hessian leaves unused). */
+        if ((all_zero(rp.lam, n) || (!first && all_zero(rp.vin, nx))) && all_zero(rp.lamd, n)) {
             replay_free(&rp);
             return;
         }
-        for (size_t k = 0; k < nx; k++)
-            rp.vin[k] = ids[k] ? tan[(size_t)ids[k] * L + lane] : 0.0;
         memcpy(rp.reg, lp_x(lp), n * sizeof *rp.reg);
         memcpy(rp.reg + n, rp.vin, n * sizeof *rp.reg);
         store(&rp, 0);

@@ -71,9 +71,13 @@ static chunk chunk_of(const job *jb, size_t c)
 static ad_status run_chunk(const job *jb, size_t c, double *f, double *g, double *hv)
 {
     chunk ch = chunk_of(jb, c);
+    /* The caller's checks hold on every thread; no thread's tape limit
+     * does (the caller's would fail the chunks it happens to take). */
     unsigned was = ad_set_checks(jb->checks);
+    size_t cap = ad_set_tape_limit(0);
     ad_status s = jb->v ? ad_hvp(chunk_sum, &ch, jb->n, jb->x, jb->v, f, g, hv)
                         : ad_gradient(chunk_sum, &ch, jb->n, jb->x, f, g);
+    ad_set_tape_limit(cap);
     ad_set_checks(was);
     return s;
 }
@@ -241,7 +245,9 @@ static ad_status chunk_size(job *jb)
 {
     ad_tape *t = ad_thread_tape();
     chunk ch = {jb, 0, 1};
+    size_t cap = ad_set_tape_limit(0);
     ad_status s = ad_record_objective(t, chunk_sum, &ch, jb->n, jb->x, 0);
+    ad_set_tape_limit(cap);
     if (s != AD_OK)
         return s;
     size_t records = (size_t)(t->cursor.next - t->first) + 1;
@@ -254,15 +260,23 @@ static ad_status chunk_size(job *jb)
     return AD_OK;
 }
 
+/* The caller's results, before any chunk adds to them (grad and hv may be
+ * NULL when n = 0). */
+static void zero(job *jb)
+{
+    *jb->fx = 0.0;
+    if (jb->n)
+        memset(jb->grad, 0, jb->n * sizeof *jb->grad);
+    if (jb->n && jb->hv)
+        memset(jb->hv, 0, jb->n * sizeof *jb->hv);
+}
+
 static ad_status sum(job *jb, unsigned threads)
 {
     ad_status s = chunk_size(jb);
     if (s != AD_OK)
         return s;
-    *jb->fx = 0.0;
-    memset(jb->grad, 0, jb->n * sizeof *jb->grad);
-    if (jb->hv)
-        memset(jb->hv, 0, jb->n * sizeof *jb->hv);
+    zero(jb);
     jb->failed_at = SIZE_MAX;
     jb->status = AD_OK;
     if (pthread_mutex_init(&jb->mu, NULL) != 0)
@@ -295,12 +309,8 @@ static ad_status start(job *jb, ad_term term, void *ctx, size_t nterms, size_t n
                 .checks = ad_thread_self()->checks, .fx = fx, .grad = grad, .hv = hv};
     atomic_init(&jb->next, 0);
     atomic_init(&jb->stop, 0);
-    if (nterms == 0) {
-        *fx = 0.0;
-        memset(grad, 0, n * sizeof *grad);
-        if (hv)
-            memset(hv, 0, n * sizeof *hv);
-    }
+    if (nterms == 0)
+        zero(jb);
     return AD_OK;
 }
 

@@ -230,10 +230,10 @@ AD_API ad_status ad_external(const ad_rule *rule, void *ctx, size_t n, const ad_
  * summed in order), swept and the tape reused, so memory per worker is one
  * chunk's tape, not the whole sum's; the chunks' results are added in
  * chunk order, so fx and grad are the same bits for every thread count.
- * threads = 0 uses every core; 1 runs on the calling thread alone.  term
- * is called concurrently from several threads (the caller's and the
- * library's own, which are kept between calls): it must be safe to, and
- * it must not keep the values it gets.  A call made while another thread's
+ * threads = 0 uses every core the thread may run on; 1 runs on the
+ * calling thread alone.  term is called concurrently from several threads
+ * (the caller's and the library's own, which are kept between calls): it
+ * must be safe to, and it must not keep the values it gets.  A call made while another thread's
  * call has the library's threads runs on its calling thread alone.  Fails
  * with the first failing chunk's status (any term's error, AD_ENOMEM, ...);
  * fx and grad are then NaN. */
@@ -251,7 +251,7 @@ AD_API ad_status ad_hvp_sum(ad_term term, void *ctx, size_t nterms, size_t n, co
 /* The calling thread's tape budget for one chunk of ad_gradient_sum and
  * ad_hvp_sum, in bytes (0 restores the default, 1 MiB); returns the
  * previous.  A chunk takes as many terms as fill it at the first term's
- * size, and at least enough for 8 n records. */
+ * size, and at least enough for 32 n records. */
 AD_API size_t ad_set_sum_chunk_bytes(size_t bytes);
 
 /* ---- checkpointed time loops ----

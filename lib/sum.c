@@ -8,7 +8,9 @@
  * the chunks' results are added into the caller's arrays in chunk order,
  * each worker waiting for its turn.  So fx and grad are the same bits for
  * every number of threads, and a worker holds one chunk's tape. */
+#define _GNU_SOURCE 1  /* sched_getaffinity */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
@@ -20,6 +22,7 @@
 
 #define SUM_MAX_THREADS 64
 #define SUM_DEFAULT_BYTES ((size_t)1 << 20)
+#define SUM_PER_INPUT 32
 
 /* ---- one call ---- */
 
@@ -166,11 +169,30 @@ static void *pool_thread(void *arg)
     return NULL;
 }
 
+/* A child of fork() has none of the pool's threads, and no call of its
+ * own in progress: it starts afresh. */
+static void pool_forget(void)
+{
+    pthread_mutex_init(&pool.mu, NULL);
+    pthread_cond_init(&pool.wake, NULL);
+    pthread_cond_init(&pool.idle, NULL);
+    pool.started = pool.want = pool.joined = pool.active = 0;
+    pool.busy = 0;
+    pool.jb = NULL;
+}
+
+static void pool_once(void)
+{
+    pthread_atfork(NULL, NULL, pool_forget);
+}
+
 /* The pool for a call wanting `helpers` threads besides the caller: the
  * number it gets (0 if another call has the pool, or no thread could be
  * made), the pool then being the caller's until pool_release. */
 static unsigned pool_take(job *jb, unsigned helpers)
 {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, pool_once);
     pthread_mutex_lock(&pool.mu);
     if (pool.busy) {
         pthread_mutex_unlock(&pool.mu);
@@ -227,11 +249,23 @@ size_t ad_set_sum_chunk_bytes(size_t bytes)
     return old;
 }
 
+/* The cores the calling thread may run on (taskset, an MPI rank's
+ * binding), else those online. */
+static long cores(void)
+{
+#ifdef __linux__
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        return CPU_COUNT(&set);
+#endif
+    return sysconf(_SC_NPROCESSORS_ONLN);
+}
+
 static unsigned threads_for(unsigned threads, size_t nchunks)
 {
     if (threads == 0) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = cores > 0 ? (unsigned)(cores < SUM_MAX_THREADS ? cores : SUM_MAX_THREADS) : 1;
+        long c = cores();
+        threads = c > 0 ? (unsigned)(c < SUM_MAX_THREADS ? c : SUM_MAX_THREADS) : 1;
     }
     if (threads > SUM_MAX_THREADS)
         threads = SUM_MAX_THREADS;
@@ -239,8 +273,9 @@ static unsigned threads_for(unsigned threads, size_t nchunks)
 }
 
 /* Terms per chunk: as many as fill the budget at the first term's size,
- * and enough that the chunk's records outnumber its n inputs eightfold,
- * whose cotangents every chunk clears and reads. */
+ * and enough that the chunk's records outnumber its n inputs
+ * SUM_PER_INPUT-fold, whose cotangents every chunk clears, reads and adds
+ * (about the work of a third of a record each). */
 static ad_status chunk_size(job *jb)
 {
     ad_tape *t = ad_thread_tape();
@@ -252,10 +287,11 @@ static ad_status chunk_size(job *jb)
         return s;
     size_t records = (size_t)(t->cursor.next - t->first) + 1;
     size_t bytes = chunk_bytes ? chunk_bytes : SUM_DEFAULT_BYTES;
-    size_t want = bytes / (jb->v ? 3 : 1) / sizeof(ad__record);
-    if (want < 8 * jb->n)
-        want = 8 * jb->n;
-    jb->per = want / records ? want / records : 1;
+    size_t fill = bytes / (jb->v ? 3 : 1) / sizeof(ad__record) / records;
+    size_t floor = (SUM_PER_INPUT * jb->n + records - 1) / records;
+    jb->per = fill > floor ? fill : floor;
+    if (jb->per == 0)
+        jb->per = 1;
     jb->nchunks = 1 + (jb->nterms - 1 + jb->per - 1) / jb->per;
     return AD_OK;
 }

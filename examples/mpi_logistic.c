@@ -1,0 +1,408 @@
+/* mpi_logistic: one logistic regression fitted by several processes (MPI),
+ * each with several threads (ad_gradient_sum), driven by liblbfgs.
+ *
+ * The objective is a sum over the rows of a data set, plus a regulariser:
+ *
+ *   f(w, b) = (1/N) sum_i log(1 + exp(-y_i (w.x_i + b))) + (lambda/2) |w|^2
+ *
+ * Each rank owns a shard of the rows and computes the value and gradient
+ * of its part of the sum with ad_gradient_sum, on its own threads.  One
+ * MPI_Allreduce adds the parts up; every rank then has the same value and
+ * gradient, and runs the same L-BFGS on them: the ranks take identical
+ * steps in lockstep, with no other communication, and rank 0 prints.
+ *
+ * The data are synthetic and deterministic, made row by row from the row's
+ * index, so that each rank makes its own shard and nothing is sent but the
+ * gradient.  A real program would read its shard from a file instead.
+ *
+ * Usage: mpirun -np P mpi_logistic [--rows N] [--threads T] [--check]
+ *   --rows N     rows in the whole data set (default 200000)
+ *   --threads T  threads per rank for ad_gradient_sum (default: the cores
+ *                the rank may run on; 0: every core of the machine)
+ *   --check      rank 0 also fits the whole data set alone (what one rank
+ *                computes) and fails unless the two optima agree to 1e-8
+ * Exit status 0 on convergence, 1 on a failure or a failed check.
+ *
+ * Cores: run one rank per machine (or per socket) and let its threads use
+ * the cores.  Open MPI binds each rank to one core by default, and the
+ * rank's threads would then share that core: give a rank its cores with
+ * `--map-by ppr:1:node:pe=C` (C cores each) or `--bind-to none`. */
+#define _GNU_SOURCE /* sched_getaffinity */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <dualrev.h>
+#include <lbfgs.h>
+#include <mpi.h>
+#ifdef __linux__
+#include <sched.h>
+#endif
+
+/* liblbfgs must work in double, as ad_gradient_sum does. */
+_Static_assert(_Generic((lbfgsfloatval_t)0, double: 1, default: 0),
+               "liblbfgs must be built with LBFGS_FLOAT == 64");
+
+enum { FEATURES = 20, PARAMS = FEATURES + 1 }; /* the weights, then the bias */
+#define LAMBDA 1e-3
+#define FLIP_RATE 0.10
+#define SEED UINT64_C(20240607)
+#define CHECK_RTOL 1e-8
+
+/* ---- the data: any row, on any rank ---- */
+
+/* SplitMix64.  Its state is a counter, so row i's numbers, which start at
+ * draw i * (FEATURES + 1) of one long stream, are reached in one step. */
+#define GOLDEN UINT64_C(0x9E3779B97F4A7C15)
+
+static uint64_t next_u64(uint64_t *state)
+{
+    uint64_t z = (*state += GOLDEN);
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+static double next_unit(uint64_t *state) /* uniform on [0, 1) */
+{
+    return (double)(next_u64(state) >> 11) * 0x1.0p-53;
+}
+
+/* The hidden model the labels come from, the same on every rank.  Feature
+ * scales spread over a decade, as raw data's do, give L-BFGS some work. */
+typedef struct truth {
+    double scale[FEATURES], w[PARAMS];
+} truth;
+
+static void make_truth(truth *t)
+{
+    uint64_t s = ~SEED; /* a stream of its own */
+    for (int j = 0; j < FEATURES; j++)
+        t->scale[j] = 0.3 + 2.7 * next_unit(&s);
+    for (int j = 0; j < PARAMS; j++)
+        t->w[j] = 4.0 * next_unit(&s) - 2.0;
+    for (int j = 0; j < FEATURES; j++)
+        t->w[j] /= t->scale[j];
+}
+
+/* Row i: its features into x, its label (+1 or -1, 10% flipped) returned. */
+static double make_row(const truth *t, size_t i, double *x)
+{
+    uint64_t s = SEED + (uint64_t)i * (FEATURES + 1) * GOLDEN;
+    double z = t->w[FEATURES];
+    for (int j = 0; j < FEATURES; j++) {
+        x[j] = (2.0 * next_unit(&s) - 1.0) * t->scale[j];
+        z += t->w[j] * x[j];
+    }
+    double y = z >= 0.0 ? 1.0 : -1.0;
+    return next_unit(&s) < FLIP_RATE ? -y : y;
+}
+
+/* Rows [first, first + count) of the data set. */
+typedef struct shard {
+    size_t first, count;
+    double *x; /* count x FEATURES */
+    double *y; /* count */
+} shard;
+
+static int make_shard(shard *sh, const truth *t, size_t first, size_t count)
+{
+    sh->first = first;
+    sh->count = count;
+    sh->x = malloc((count ? count : 1) * FEATURES * sizeof *sh->x);
+    sh->y = malloc((count ? count : 1) * sizeof *sh->y);
+    if (!sh->x || !sh->y)
+        return -1;
+    for (size_t i = 0; i < count; i++)
+        sh->y[i] = make_row(t, first + i, sh->x + i * FEATURES);
+    return 0;
+}
+
+static void free_shard(shard *sh)
+{
+    free(sh->x);
+    free(sh->y);
+}
+
+/* ---- the objective: one term per row ---- */
+
+/* log(1 + e^t), written as max(t, 0) + log1p(e^-|t|) so that e^t never
+ * overflows for a badly classified row. */
+static ad_real softplus(ad_real t)
+{
+    return ad_add(ad_fmax(t, 0.0), ad_log1p(ad_exp(ad_neg(ad_fabs(t)))));
+}
+
+/* Row i of the shard's loss.  ad_gradient_sum calls it from several
+ * threads at once: it only reads the shard. */
+static ad_real row_loss(size_t i, const ad_real *w, size_t n, void *ctx)
+{
+    const shard *sh = ctx;
+    const double *x = sh->x + i * FEATURES;
+    ad_real score = w[FEATURES]; /* the bias */
+    (void)n;
+    for (int j = 0; j < FEATURES; j++)
+        score = ad_add(score, ad_mul(w[j], x[j]));
+    return softplus(ad_mul(score, -sh->y[i]));
+}
+
+/* ---- the distributed evaluation ---- */
+
+typedef struct fit {
+    MPI_Comm comm;      /* the ranks that share the data set */
+    const shard *mine;  /* this rank's rows */
+    size_t rows;        /* the whole data set's */
+    unsigned threads;   /* for ad_gradient_sum */
+    double *sum;        /* PARAMS + 2: gradient, value, failures */
+    int evaluations, iterations;
+    int failed;         /* some rank's ad_gradient_sum failed */
+} fit;
+
+/* liblbfgs's evaluate callback.  Every rank calls it with the same w and
+ * gets the same f and g back, so every rank's L-BFGS stays in step.  (MPI
+ * advises implementations, without requiring it, to give every rank of an
+ * Allreduce the same bits; main checks at the end that they did.) */
+static lbfgsfloatval_t evaluate(void *instance, const lbfgsfloatval_t *w, lbfgsfloatval_t *g,
+                                const int n, const lbfgsfloatval_t step)
+{
+    fit *ft = instance;
+    double *sum = ft->sum;
+    (void)step;
+    /* this rank's rows: the sum of their losses and its gradient */
+    ad_status s = ad_gradient_sum(row_loss, (void *)ft->mine, ft->mine->count, PARAMS, w,
+                                  &sum[PARAMS], sum, ft->threads);
+    /* A failure is added up with the rest, so that every rank learns of it
+     * in the same call and they all stop together. */
+    sum[PARAMS + 1] = s == AD_OK ? 0.0 : 1.0;
+    if (s != AD_OK)
+        fprintf(stderr, "ad_gradient_sum failed on a rank: %s\n", ad_strerror(s));
+    /* all the ranks' parts added, in one message */
+    MPI_Allreduce(MPI_IN_PLACE, sum, PARAMS + 2, MPI_DOUBLE, MPI_SUM, ft->comm);
+    ft->evaluations++;
+    ft->failed = sum[PARAMS + 1] != 0.0;
+    /* the mean, and the regulariser, which every rank adds alike (the
+     * bias is not penalised) */
+    double N = (double)ft->rows, f = sum[PARAMS] / N;
+    for (int j = 0; j < n; j++)
+        g[j] = sum[j] / N;
+    for (int j = 0; j < FEATURES; j++) {
+        f += 0.5 * LAMBDA * w[j] * w[j];
+        g[j] += LAMBDA * w[j];
+    }
+    return ft->failed ? NAN : f;
+}
+
+/* Counts the iterations; stops every rank at once after a failed
+ * evaluation (they all saw it). */
+static int progress(void *instance, const lbfgsfloatval_t *w, const lbfgsfloatval_t *g,
+                    const lbfgsfloatval_t fx, const lbfgsfloatval_t wnorm,
+                    const lbfgsfloatval_t gnorm, const lbfgsfloatval_t step, int n, int k,
+                    int ls)
+{
+    fit *ft = instance;
+    (void)w, (void)g, (void)fx, (void)wnorm, (void)gnorm, (void)step, (void)n, (void)ls;
+    ft->iterations = k;
+    return ft->failed;
+}
+
+typedef struct outcome {
+    int code;        /* lbfgs()'s return */
+    int iterations, evaluations;
+    double f, seconds;
+    lbfgsfloatval_t *w;
+} outcome;
+
+/* L-BFGS from w = 0 over the ranks of comm, each with its shard. */
+static int solve(MPI_Comm comm, const shard *mine, size_t rows, unsigned threads, outcome *out)
+{
+    double sum[PARAMS + 2];
+    fit ft = {comm, mine, rows, threads, sum, 0, 0, 0};
+    lbfgs_parameter_t param;
+    lbfgs_parameter_init(&param);
+    /* Stop at |g| <= 1e-8 max(1, |w|).  Much tighter cannot be reached: the
+     * line search compares values of f, and near the optimum they change
+     * by less than their rounding. */
+    param.epsilon = 1e-8;
+    param.max_iterations = 1000;
+    out->w = lbfgs_malloc(PARAMS);
+    if (!out->w) { /* the other ranks would wait for this one forever */
+        fprintf(stderr, "out of memory\n");
+        MPI_Abort(comm, 1);
+    }
+    for (int j = 0; j < PARAMS; j++)
+        out->w[j] = 0.0;
+    MPI_Barrier(comm);
+    double t0 = MPI_Wtime();
+    out->code = lbfgs(PARAMS, out->w, &out->f, evaluate, progress, &ft, &param);
+    out->seconds = MPI_Wtime() - t0;
+    out->evaluations = ft.evaluations;
+    out->iterations = ft.iterations;
+    return ft.failed ? -1 : 0;
+}
+
+/* ---- main ---- */
+
+/* The cores this process may run on, which mpirun's binding decides;
+ * 0 (every core, ad_gradient_sum's own choice) where that is not known. */
+static unsigned usable_cores(void)
+{
+#ifdef __linux__
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        return (unsigned)CPU_COUNT(&set);
+#endif
+    return 0;
+}
+
+typedef struct options {
+    size_t rows;
+    unsigned threads;
+    int check;
+} options;
+
+static int parse(int argc, char **argv, options *o)
+{
+    *o = (options){200000, usable_cores(), 0};
+    for (int i = 1; i < argc; i++) {
+        char *end = NULL;
+        if (!strcmp(argv[i], "--rows") && i + 1 < argc)
+            o->rows = (size_t)strtoull(argv[++i], &end, 10);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            o->threads = (unsigned)strtoul(argv[++i], &end, 10);
+        else if (!strcmp(argv[i], "--check"))
+            o->check = 1;
+        else
+            return -1;
+        if (end && *end)
+            return -1;
+    }
+    return o->rows > 0 ? 0 : -1;
+}
+
+static double max_rel_diff(const double *a, const double *b, int n)
+{
+    double d = 0.0, big = 0.0;
+    for (int j = 0; j < n; j++) {
+        d = fmax(d, fabs(a[j] - b[j]));
+        big = fmax(big, fabs(b[j]));
+    }
+    return d / big;
+}
+
+/* Whether every rank ended with rank 0's weights, to the bit: the ranks
+ * ran in lockstep only if the reductions gave them all the same numbers. */
+static int same_on_every_rank(const double *w)
+{
+    double w0[PARAMS];
+    memcpy(w0, w, sizeof w0);
+    MPI_Bcast(w0, PARAMS, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    int differ = memcmp(w0, w, sizeof w0) != 0, any;
+    MPI_Allreduce(&differ, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
+    return !any;
+}
+
+static void print_result(const char *title, const outcome *r, int ranks, unsigned threads)
+{
+    printf("%s: %d rank%s x %u thread%s%s\n", title, ranks, ranks > 1 ? "s" : "", threads,
+           threads == 1 ? "" : "s", threads ? "" : " (0: every core of the machine)");
+    printf("  lbfgs returned %d (%s): %d iterations, %d evaluations, %.3f s\n", r->code,
+           r->code == LBFGS_SUCCESS ? "converged" : r->code >= 0 ? "stopped" : "error",
+           r->iterations, r->evaluations, r->seconds);
+    printf("  f = %.15f\n  w =", r->f);
+    for (int j = 0; j < PARAMS; j++)
+        printf("%s % .10f", j % 7 == 0 && j ? "\n     " : "", r->w[j]);
+    printf("  (the last: bias)\n");
+}
+
+/* This rank's rows: an equal share, the first ranks one more.  0, or -1
+ * on every rank if any rank is out of memory. */
+static int my_rows(shard *mine, const truth *t, size_t rows, int rank, int ranks)
+{
+    size_t share = rows / (size_t)ranks, extra = rows % (size_t)ranks, r = (size_t)rank;
+    size_t first = r * share + (r < extra ? r : extra), count = share + (r < extra);
+    int bad = make_shard(mine, t, first, count) != 0, any_bad;
+    MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
+    return any_bad ? -1 : 0;
+}
+
+/* The check, on rank 0: the whole data set fitted by this rank alone (on
+ * MPI_COMM_SELF, as `mpirun -np 1` would fit it), against w.  0 if the two
+ * optima agree to CHECK_RTOL. */
+static int check_alone(const truth *t, const options *o, const double *w)
+{
+    shard whole;
+    outcome one = {0, 0, 0, 0, 0, NULL};
+    int status = 1;
+    if (make_shard(&whole, t, 0, o->rows) != 0 ||
+        solve(MPI_COMM_SELF, &whole, o->rows, o->threads, &one) != 0 || one.code < 0) {
+        printf("check: the one-rank fit FAILED\n");
+    } else {
+        double d = max_rel_diff(w, one.w, PARAMS);
+        print_result("check, rank 0 alone", &one, 1, o->threads);
+        printf("check: max |w - w_one| / max |w_one| = %.2e (<= %g): %s\n", d, CHECK_RTOL,
+               d <= CHECK_RTOL ? "ok" : "FAILED");
+        status = !(d <= CHECK_RTOL);
+    }
+    free_shard(&whole);
+    if (one.w) /* NULL if the shard could not be made */
+        lbfgs_free(one.w);
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    /* dualrev's worker threads never call MPI; only this thread does. */
+    int provided, rank, ranks, status = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    options o;
+    if (parse(argc, argv, &o)) {
+        if (rank == 0)
+            fprintf(stderr, "usage: %s [--rows N] [--threads T] [--check]\n", argv[0]);
+        MPI_Finalize();
+        return 2;
+    }
+    truth t;
+    make_truth(&t);
+    shard mine;
+    if (my_rows(&mine, &t, o.rows, rank, ranks) != 0) {
+        if (rank == 0)
+            fprintf(stderr, "out of memory for the shards\n");
+        free_shard(&mine);
+        MPI_Finalize();
+        return 1;
+    }
+    if (rank == 0)
+        printf("logistic regression: %zu rows, %d features + bias, lambda = %g; "
+               "about %zu rows per rank\n", o.rows, FEATURES, LAMBDA, o.rows / (size_t)ranks);
+
+    /* the fit, by every rank */
+    outcome all = {0, 0, 0, 0, 0, NULL};
+    if (solve(MPI_COMM_WORLD, &mine, o.rows, o.threads, &all) != 0 || all.code < 0)
+        status = 1;
+    int lockstep = same_on_every_rank(all.w);
+    double slowest;
+    MPI_Reduce(&all.seconds, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    all.seconds = slowest;
+    if (rank == 0) {
+        print_result("fit", &all, ranks, o.threads);
+        printf("  every rank has the same weights, to the bit: %s\n", lockstep ? "yes" : "NO");
+    }
+    if (!lockstep)
+        status = 1;
+    if (o.check && rank == 0 && check_alone(&t, &o, all.w) != 0)
+        status = 1;
+
+    /* every rank exits with the same status */
+    int any_status;
+    MPI_Allreduce(&status, &any_status, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("result: %s\n", any_status ? "FAILED" : "converged");
+    free_shard(&mine);
+    lbfgs_free(all.w);
+    MPI_Finalize();
+    return any_status;
+}

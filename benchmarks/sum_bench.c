@@ -392,11 +392,13 @@ static void *split_worker(void *arg)
 }
 
 /* Chunks as lib/sum.c cuts them (docs/api.md, ad_gradient_sum "How"). */
-static size_t terms_per_chunk(size_t term0_records, size_t n, size_t budget)
+static size_t terms_per_chunk(size_t term0_records, size_t n, size_t budget, size_t nterms)
 {
     size_t fill = budget / sizeof(ad__record) / term0_records;
     size_t floor = (32 * n + term0_records - 1) / term0_records;
-    size_t per = fill > floor ? fill : floor;
+    size_t per = fill > floor ? fill : floor, share = (nterms - 1 + 15) / 16;
+    if (per > share)
+        per = share;
     return per ? per : 1;
 }
 
@@ -521,7 +523,7 @@ static void run_config(const config *c, const problem *pb, result *r, double *gr
     ad_set_sum_chunk_bytes(c->budget);
     if (c->m == M_SPLIT) {
         size_t rec = term0_records(pb, grad);
-        per = rec ? terms_per_chunk(rec, pb->n, c->budget) : 1;
+        per = rec ? terms_per_chunk(rec, pb->n, c->budget, pb->nterms) : 1;
     }
     int reps = c->reps;
     cpu_sample a, b;
@@ -965,7 +967,7 @@ static void run_problem(const options *o, block *b)
         b->failed++;
         return;
     }
-    size_t per = terms_per_chunk(b->term0, pb->n, DEFAULT_BUDGET);
+    size_t per = terms_per_chunk(b->term0, pb->n, DEFAULT_BUDGET, pb->nterms);
     snprintf(notes[nnotes++], sizeof notes[0],
              "term 0: %zu records, its gradient alone %.2f ms (ad_gradient_sum records it once "
              "more, on the caller, before the helpers start)",
@@ -1010,7 +1012,7 @@ static void run_problem(const options *o, block *b)
 
     /* other budgets, labelled; those that cut the same chunks are left out */
     for (int i = 0; i < o->nbudgets; i++) {
-        size_t bud = o->budgets[i], p2 = terms_per_chunk(b->term0, pb->n, bud);
+        size_t bud = o->budgets[i], p2 = terms_per_chunk(b->term0, pb->n, bud, pb->nterms);
         if (p2 == per) {
             snprintf(notes[nnotes++], sizeof notes[0],
                      "budget %zu KiB: the same chunks as the default (%zu terms): not run",

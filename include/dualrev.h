@@ -251,7 +251,8 @@ AD_API ad_status ad_hvp_sum(ad_term term, void *ctx, size_t nterms, size_t n, co
 /* The calling thread's tape budget for one chunk of ad_gradient_sum and
  * ad_hvp_sum, in bytes (0 restores the default, 1 MiB); returns the
  * previous.  A chunk takes as many terms as fill it at the first term's
- * size, and at least enough for 32 n records. */
+ * size, and at least enough for 32 n records, but no more than leave 16
+ * chunks. */
 AD_API size_t ad_set_sum_chunk_bytes(size_t bytes);
 
 /* ---- checkpointed time loops ----

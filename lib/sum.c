@@ -23,6 +23,7 @@
 #define SUM_MAX_THREADS 64
 #define SUM_DEFAULT_BYTES ((size_t)1 << 20)
 #define SUM_PER_INPUT 32
+#define SUM_MIN_CHUNKS 16
 
 /* ---- one call ---- */
 
@@ -275,7 +276,8 @@ static unsigned threads_for(unsigned threads, size_t nchunks)
 /* Terms per chunk: as many as fill the budget at the first term's size,
  * and enough that the chunk's records outnumber its n inputs
  * SUM_PER_INPUT-fold, whose cotangents every chunk clears, reads and adds
- * (about the work of a third of a record each). */
+ * (about the work of a third of a record each); but no more than leave
+ * SUM_MIN_CHUNKS chunks to share out, where there are that many terms. */
 static ad_status chunk_size(job *jb)
 {
     ad_tape *t = ad_thread_tape();
@@ -289,7 +291,10 @@ static ad_status chunk_size(job *jb)
     size_t bytes = chunk_bytes ? chunk_bytes : SUM_DEFAULT_BYTES;
     size_t fill = bytes / (jb->v ? 3 : 1) / sizeof(ad__record) / records;
     size_t floor = (SUM_PER_INPUT * jb->n + records - 1) / records;
+    size_t share = (jb->nterms - 1 + SUM_MIN_CHUNKS - 1) / SUM_MIN_CHUNKS;
     jb->per = fill > floor ? fill : floor;
+    if (jb->per > share)
+        jb->per = share;
     if (jb->per == 0)
         jb->per = 1;
     jb->nchunks = 1 + (jb->nterms - 1 + jb->per - 1) / jb->per;

@@ -40,14 +40,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/time.h>
-#include <sys/types.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <dualrev.h>
 
+#include "isolate.h"
 #include "timer.h"
 
 #define MAX_PARAMS 4
@@ -301,24 +298,6 @@ typedef struct result {
     long maxrss_kb;        /* ru_maxrss from wait4 (filled in by the parent) */
 } result;
 
-/* A field of /proc/self/status in kB ("VmHWM", "VmRSS"); -1 if unknown. */
-static long proc_status_kb(const char *field)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f)
-        return -1;
-    char line[256];
-    size_t len = strlen(field);
-    long kb = -1;
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, field, len) == 0 && line[len] == ':') {
-            kb = strtol(line + len + 1, NULL, 10);
-            break;
-        }
-    fclose(f);
-    return kb;
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -373,40 +352,26 @@ static void run_config(const config *c, result *r)
         start = heat_start;
     }
     pb.snaps = c->snaps;
-    r->setup_kb = proc_status_kb("VmHWM");
+    r->setup_kb = bench_proc_kb("/proc/self/status", "VmHWM");
     if (!c->idle)
         time_gradients(c, &pb, start, r);
     else
         r->status = AD_OK;
-    r->hwm_kb = proc_status_kb("VmHWM");
+    r->hwm_kb = bench_proc_kb("/proc/self/status", "VmHWM");
     free(pb.x0);
     free(pb.scratch);
 }
 
-static int write_all(int fd, const void *buf, size_t size)
-{
-    const char *p = buf;
-    while (size) {
-        ssize_t put = write(fd, p, size);
-        if (put <= 0)
-            return -1;
-        p += put;
-        size -= (size_t)put;
-    }
-    return 0;
-}
+typedef struct {
+    const config *c;
+    result *r;
+} child_job;
 
-static int read_all(int fd, void *buf, size_t size)
+static void child_run(void *ctx)
 {
-    char *p = buf;
-    while (size) {
-        ssize_t got = read(fd, p, size);
-        if (got <= 0)
-            return -1;
-        p += got;
-        size -= (size_t)got;
-    }
-    return 0;
+    child_job *j = ctx;
+    run_config(j->c, j->r);
+    j->r->ran = 1;
 }
 
 /* Runs c in a child; its result, with ran = 0 if it did not report. */
@@ -414,28 +379,13 @@ static result run_child(const config *c)
 {
     result r;
     memset(&r, 0, sizeof r);
-    int fds[2];
-    fflush(NULL);
-    if (pipe(fds) != 0)
-        return r;
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        run_config(c, &r);
-        r.ran = 1;
-        _exit(write_all(fds[1], &r, sizeof r) == 0 ? 0 : 1);
-    }
-    close(fds[1]);
-    result got;
-    int ok = pid > 0 && read_all(fds[0], &got, sizeof got) == 0;
-    close(fds[0]);
-    struct rusage ru;
-    int status = 0;
-    if (pid > 0 && wait4(pid, &status, 0, &ru) == pid && ok && WIFEXITED(status) &&
-        WEXITSTATUS(status) == 0) {
-        r = got;
-        r.maxrss_kb = ru.ru_maxrss; /* Linux: kB */
-    }
+    child_job j = {c, &r};
+    bench_part part = {&r, sizeof r};
+    long maxrss_kb;
+    if (run_isolated_parts(child_run, &j, &part, 1, &maxrss_kb) != 0)
+        memset(&r, 0, sizeof r);
+    else
+        r.maxrss_kb = maxrss_kb;
     return r;
 }
 
@@ -598,23 +548,6 @@ static int parse_args(int argc, char **argv, options *o)
     return 0;
 }
 
-static long meminfo_kb(const char *field)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f)
-        return -1;
-    char line[256];
-    size_t len = strlen(field);
-    long kb = -1;
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, field, len) == 0 && line[len] == ':') {
-            kb = strtol(line + len + 1, NULL, 10);
-            break;
-        }
-    fclose(f);
-    return kb;
-}
-
 /* Fewer timed gradients where one takes seconds. */
 static int reps_for(const options *o, size_t steps, int kind)
 {
@@ -703,8 +636,8 @@ int main(int argc, char **argv)
     printf("loop-bench: ad_checkpointed_loop against the loop recorded as written (dualrev %s)\n",
            ad_version());
     printf("memory: %.1f GiB total, %.1f GiB available; plain runs allowed up to %.1f GB\n",
-           (double)meminfo_kb("MemTotal") / 1048576.0,
-           (double)meminfo_kb("MemAvailable") / 1048576.0, o.mem_limit_gb);
+           (double)bench_proc_kb("/proc/meminfo", "MemTotal") / 1048576.0,
+           (double)bench_proc_kb("/proc/meminfo", "MemAvailable") / 1048576.0, o.mem_limit_gb);
     printf("time: median of %d gradients after one warm-up (3 for LV at 10^6 steps)\n", o.reps);
 
     config idle = {0, 0, 1000000, 0, 1, 1};
@@ -741,7 +674,7 @@ int main(int argc, char **argv)
             est_plain_tape = 10.0 * (double)s->tape_bytes;
             char b1[16];
             allowed = lv[1].plain.r.ran && need <= o.mem_limit_gb * 1e9 &&
-                      need < 0.8 * (double)meminfo_kb("MemAvailable") * 1024.0;
+                      need < 0.8 * (double)bench_proc_kb("/proc/meminfo", "MemAvailable") * 1024.0;
             printf("\nplain LV at 10^6 steps would need about %s (10x the 10^5 tape, cotangents and "
                    "work arrays): %s\n",
                    fmt_bytes(b1, need), allowed ? "run" : "NOT run, over the limit");

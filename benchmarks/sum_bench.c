@@ -78,12 +78,11 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/time.h>
-#include <sys/types.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "gmm.h"
+#include "isolate.h"
 #include "timer.h"
 
 #define MAX_REPS 51
@@ -488,23 +487,6 @@ static ad_status one_call(const config *c, const problem *pb, size_t per, double
     }
 }
 
-static long proc_status_kb(const char *field)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    size_t len = strlen(field);
-    long kb = -1;
-    if (!f)
-        return -1;
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, field, len) == 0 && line[len] == ':') {
-            kb = strtol(line + len + 1, NULL, 10);
-            break;
-        }
-    fclose(f);
-    return kb;
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -517,7 +499,7 @@ static void run_config(const config *c, const problem *pb, result *r, double *gr
     size_t per = 0;
     r->status = AD_OK;
     if (c->m == M_IDLE) {
-        r->hwm_kb = proc_status_kb("VmHWM");
+        r->hwm_kb = bench_proc_kb("/proc/self/status", "VmHWM");
         return;
     }
     ad_set_sum_chunk_bytes(c->budget);
@@ -561,7 +543,7 @@ static void run_config(const config *c, const problem *pb, result *r, double *gr
     r->max_ns = times[reps - 1];
     r->median_ns = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
     ad_tape_stats_get(&r->stats);
-    r->hwm_kb = proc_status_kb("VmHWM");
+    r->hwm_kb = bench_proc_kb("/proc/self/status", "VmHWM");
     if (c->m == M_SUM) {
         /* after the peak was read: term 0's tape is smaller than a chunk's */
         double *g = malloc((pb->n ? pb->n : 1) * sizeof *g);
@@ -572,63 +554,32 @@ static void run_config(const config *c, const problem *pb, result *r, double *gr
     }
 }
 
-static int write_all(int fd, const void *buf, size_t size)
-{
-    const char *p = buf;
-    while (size) {
-        ssize_t put = write(fd, p, size);
-        if (put <= 0)
-            return -1;
-        p += put;
-        size -= (size_t)put;
-    }
-    return 0;
-}
+typedef struct {
+    const config *c;
+    const problem *pb;
+    result *r;
+    double *grad;
+} child_job;
 
-static int read_all(int fd, void *buf, size_t size)
+static void child_run(void *ctx)
 {
-    char *p = buf;
-    while (size) {
-        ssize_t got = read(fd, p, size);
-        if (got <= 0)
-            return -1;
-        p += got;
-        size -= (size_t)got;
-    }
-    return 0;
+    child_job *j = ctx;
+    run_config(j->c, j->pb, j->r, j->grad);
+    j->r->ran = 1;
 }
 
 /* Runs c in a child; its result and gradient (ran = 0: it did not report). */
 static result run_child(const config *c, const problem *pb, double *grad)
 {
     result r;
-    int fds[2];
     memset(&r, 0, sizeof r);
-    fflush(NULL);
-    if (pipe(fds) != 0)
-        return r;
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        run_config(c, pb, &r, grad);
-        r.ran = 1;
-        _exit(write_all(fds[1], &r, sizeof r) == 0 &&
-                      write_all(fds[1], grad, pb->n * sizeof *grad) == 0
-                  ? 0
-                  : 1);
-    }
-    close(fds[1]);
-    result got;
-    int ok = pid > 0 && read_all(fds[0], &got, sizeof got) == 0 &&
-             read_all(fds[0], grad, pb->n * sizeof *grad) == 0;
-    close(fds[0]);
-    struct rusage ru;
-    int status = 0;
-    if (pid > 0 && wait4(pid, &status, 0, &ru) == pid && ok && WIFEXITED(status) &&
-        WEXITSTATUS(status) == 0) {
-        r = got;
-        r.maxrss_kb = ru.ru_maxrss; /* Linux: kB */
-    }
+    child_job j = {c, pb, &r, grad};
+    bench_part parts[2] = {{&r, sizeof r}, {grad, pb->n * sizeof *grad}};
+    long maxrss_kb;
+    if (run_isolated_parts(child_run, &j, parts, 2, &maxrss_kb) != 0)
+        memset(&r, 0, sizeof r);
+    else
+        r.maxrss_kb = maxrss_kb;
     return r;
 }
 
@@ -647,23 +598,6 @@ static const char *fmt_bytes(char buf[16], double b)
     return buf;
 }
 
-static long meminfo_kb(const char *field)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    size_t len = strlen(field);
-    long kb = -1;
-    if (!f)
-        return -1;
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, field, len) == 0 && line[len] == ':') {
-            kb = strtol(line + len + 1, NULL, 10);
-            break;
-        }
-    fclose(f);
-    return kb;
-}
-
 static void print_load(void)
 {
     double l[3] = {0, 0, 0};
@@ -674,7 +608,7 @@ static void print_load(void)
         fclose(f);
     }
     printf("  (load average %.2f %.2f %.2f; %.1f GiB available)\n", l[0], l[1], l[2],
-           (double)meminfo_kb("MemAvailable") / 1048576.0);
+           (double)bench_proc_kb("/proc/meminfo", "MemAvailable") / 1048576.0);
 }
 
 /* ================= one problem ================= */
@@ -911,7 +845,7 @@ static double whole_estimate(const block *b)
 
 static int whole_fits(const options *o, double need)
 {
-    double avail = (double)meminfo_kb("MemAvailable") * 1024.0;
+    double avail = (double)bench_proc_kb("/proc/meminfo", "MemAvailable") * 1024.0;
     return need <= o->mem_limit_gb * 1e9 && need <= 0.8 * avail;
 }
 
@@ -1233,8 +1167,8 @@ int main(int argc, char **argv)
     printf("sum-bench: ad_gradient_sum against ad_gradient of the whole sum (dualrev %s)\n",
            ad_version());
     printf("%ld CPUs online; memory %.1f GiB, %.1f GiB available; whole sums run up to %.1f GB\n",
-           sysconf(_SC_NPROCESSORS_ONLN), (double)meminfo_kb("MemTotal") / 1048576.0,
-           (double)meminfo_kb("MemAvailable") / 1048576.0, o.mem_limit_gb);
+           sysconf(_SC_NPROCESSORS_ONLN), (double)bench_proc_kb("/proc/meminfo", "MemTotal") / 1048576.0,
+           (double)bench_proc_kb("/proc/meminfo", "MemAvailable") / 1048576.0, o.mem_limit_gb);
     printf("time: median of %d calls after one warm-up (3 where a call takes over 3 s), each "
            "configuration in a child process\n", o.reps);
     printf("columns: x1thr = time of ad_gradient_sum on 1 thread (1 MiB) / this time; /whole = "

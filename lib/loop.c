@@ -108,6 +108,8 @@ static ad_status replay_start(replay *rp, const ad_tape *owner, const loop *lp, 
     rp->lp = lp;
     rp->owner = owner;
     rp->second = second;
+    if (nx > (SIZE_MAX / sizeof(double) - 1) / 8)  /* 8n + 6np + 1 below */
+        return AD_ERANGE;
     rp->reg = ad_alloc((2 * n + 4 * nx + 2 * n + 2 * lp->np + 1) * sizeof(double));
     rp->in = ad_alloc((nx + n + 1) * sizeof(ad_real));
     rp->frames = ad_alloc((lp->snaps + 1) * sizeof(size_t));

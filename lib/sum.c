@@ -8,7 +8,8 @@
  * the chunks' results are added into the caller's arrays in chunk order,
  * each worker waiting for its turn.  So fx and grad are the same bits for
  * every number of threads, and a worker holds one chunk's tape. */
-#define _GNU_SOURCE 1  /* sched_getaffinity */
+#define _GNU_SOURCE 1  /* sched_getaffinity, pthread_setaffinity_np */
+#include <fenv.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -27,13 +28,28 @@
 
 /* ---- one call ---- */
 
+/* What the caller has set on its thread that holds for its chunks on
+ * every thread, so that the results do not depend on which thread runs
+ * a chunk. */
+typedef struct settings {
+    unsigned checks;    /* ad_set_checks */
+    size_t budget;      /* ad_set_sum_chunk_bytes, for a term's own sums */
+    const char *label;  /* ad_where, for faults */
+    fenv_t env;         /* rounding mode, exception masks */
+#ifdef __linux__
+    cpu_set_t cores;    /* the cores it may run on */
+    int has_cores;
+#endif
+} settings;
+
 typedef struct job {
     ad_term term;
     void *ctx;
     size_t nterms, n, per;  /* per: terms in each chunk after the first, which is term 0 */
     size_t nchunks;
-    const double *x, *v;    /* v: the direction of ad_hvp_sum, or NULL */
-    unsigned checks;        /* the caller's ad_set_checks flags */
+    const double *x, *v;    /* v: the direction of ad_hvp_sum */
+    int hvp;                /* ad_hvp_sum (v may be NULL when n = 0) */
+    settings caller;
     double *fx, *grad, *hv; /* the caller's, summed into in chunk order */
     atomic_size_t next;     /* the next chunk to take */
     atomic_int stop;        /* a chunk failed: take no more */
@@ -75,14 +91,12 @@ static chunk chunk_of(const job *jb, size_t c)
 static ad_status run_chunk(const job *jb, size_t c, double *f, double *g, double *hv)
 {
     chunk ch = chunk_of(jb, c);
-    /* The caller's checks hold on every thread; no thread's tape limit
-     * does (the caller's would fail the chunks it happens to take). */
-    unsigned was = ad_set_checks(jb->checks);
+    /* No thread's tape limit holds (the caller's would fail the chunks it
+     * happens to take). */
     size_t cap = ad_set_tape_limit(0);
-    ad_status s = jb->v ? ad_hvp(chunk_sum, &ch, jb->n, jb->x, jb->v, f, g, hv)
-                        : ad_gradient(chunk_sum, &ch, jb->n, jb->x, f, g);
+    ad_status s = jb->hvp ? ad_hvp(chunk_sum, &ch, jb->n, jb->x, jb->v, f, g, hv)
+                          : ad_gradient(chunk_sum, &ch, jb->n, jb->x, f, g);
     ad_set_tape_limit(cap);
-    ad_set_checks(was);
     return s;
 }
 
@@ -117,12 +131,13 @@ static void put(job *jb, size_t c, ad_status s, const double *f, const double *g
 }
 
 /* Takes chunks until there are none left or one failed.  The results of
- * each go in at its turn, so a chunk taken is always put. */
+ * each go in at its turn, so a chunk taken is always put; the chunks taken
+ * are always 0 .. next - 1, so every turn comes. */
 static void work(job *jb)
 {
     size_t n = jb->n ? jb->n : 1;
-    double *g = ad_alloc(2 * n * sizeof *g), *hv = jb->v ? g + n : NULL, f;
-    for (;;) {
+    double *g = ad_alloc(2 * n * sizeof *g), *hv = jb->hvp ? g + n : NULL, f;
+    while (!atomic_load(&jb->stop)) {
         size_t c = atomic_fetch_add(&jb->next, 1);
         if (c >= jb->nchunks)
             break;
@@ -132,6 +147,37 @@ static void work(job *jb)
         put(jb, c, s, &f, g, hv);
     }
     ad_free(g);
+}
+
+/* ---- the caller's settings ---- */
+
+static _Thread_local size_t chunk_bytes;  /* 0: SUM_DEFAULT_BYTES */
+
+static void settings_get(settings *st)
+{
+    const ad_thread *th = ad_thread_self();
+    st->checks = th->checks;
+    st->budget = chunk_bytes;
+    st->label = th->label;
+    fegetenv(&st->env);
+#ifdef __linux__
+    st->has_cores = sched_getaffinity(0, sizeof st->cores, &st->cores) == 0;
+#endif
+}
+
+/* The calling thread takes st's settings (its cores for good: a pool
+ * thread made by a thread pinned to one core would otherwise stay there). */
+static void settings_set(const settings *st)
+{
+    ad_thread *th = ad_thread_self();
+    th->checks = st->checks;
+    chunk_bytes = st->budget;
+    th->label = st->label;
+    fesetenv(&st->env);
+#ifdef __linux__
+    if (st->has_cores)
+        pthread_setaffinity_np(pthread_self(), sizeof st->cores, &st->cores);
+#endif
 }
 
 /* ---- the pool: threads kept between calls, serving one call at a time ---- */
@@ -152,7 +198,9 @@ static struct {
 static void *pool_thread(void *arg)
 {
     uint64_t seen = 0;
+    settings own;
     (void)arg;
+    settings_get(&own);
     pthread_mutex_lock(&pool.mu);
     for (;;) {
         while (!pool.jb || pool.generation == seen || pool.joined >= pool.want)
@@ -162,7 +210,10 @@ static void *pool_thread(void *arg)
         pool.joined++;
         pool.active++;
         pthread_mutex_unlock(&pool.mu);
+        settings_set(&jb->caller);
         work(jb);
+        own.has_cores = 0;
+        settings_set(&own);
         pthread_mutex_lock(&pool.mu);
         if (--pool.active == 0)
             pthread_cond_broadcast(&pool.idle);
@@ -241,8 +292,6 @@ static void pool_release(void)
 
 /* ---- the entry points ---- */
 
-static _Thread_local size_t chunk_bytes;  /* 0: SUM_DEFAULT_BYTES */
-
 size_t ad_set_sum_chunk_bytes(size_t bytes)
 {
     size_t old = chunk_bytes ? chunk_bytes : SUM_DEFAULT_BYTES;
@@ -250,27 +299,35 @@ size_t ad_set_sum_chunk_bytes(size_t bytes)
     return old;
 }
 
-/* The cores the calling thread may run on (taskset, an MPI rank's
- * binding), else those online. */
-static long cores(void)
+/* The cores the caller may run on (taskset, an MPI rank's binding), else
+ * those online. */
+static long cores(const settings *caller)
 {
 #ifdef __linux__
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0)
-        return CPU_COUNT(&set);
+    if (caller->has_cores)
+        return CPU_COUNT(&caller->cores);
+#else
+    (void)caller;
 #endif
     return sysconf(_SC_NPROCESSORS_ONLN);
 }
 
-static unsigned threads_for(unsigned threads, size_t nchunks)
+static unsigned threads_for(const job *jb, unsigned threads)
 {
+    size_t nchunks = jb->nchunks;
     if (threads == 0) {
-        long c = cores();
+        long c = cores(&jb->caller);
         threads = c > 0 ? (unsigned)(c < SUM_MAX_THREADS ? c : SUM_MAX_THREADS) : 1;
     }
     if (threads > SUM_MAX_THREADS)
         threads = SUM_MAX_THREADS;
     return nchunks < threads ? (unsigned)nchunks : threads;
+}
+
+/* a / b rounded up, for any a (nterms may be near SIZE_MAX). */
+static size_t ceil_div(size_t a, size_t b)
+{
+    return a / b + (a % b != 0);
 }
 
 /* Terms per chunk: as many as fill the budget at the first term's size,
@@ -289,15 +346,15 @@ static ad_status chunk_size(job *jb)
         return s;
     size_t records = (size_t)(t->cursor.next - t->first) + 1;
     size_t bytes = chunk_bytes ? chunk_bytes : SUM_DEFAULT_BYTES;
-    size_t fill = bytes / (jb->v ? 3 : 1) / sizeof(ad__record) / records;
-    size_t floor = (SUM_PER_INPUT * jb->n + records - 1) / records;
-    size_t share = (jb->nterms - 1 + SUM_MIN_CHUNKS - 1) / SUM_MIN_CHUNKS;
+    size_t fill = bytes / (jb->hvp ? 3 : 1) / sizeof(ad__record) / records;
+    size_t floor = ceil_div(SUM_PER_INPUT * jb->n, records);
+    size_t share = ceil_div(jb->nterms - 1, SUM_MIN_CHUNKS);
     jb->per = fill > floor ? fill : floor;
     if (jb->per > share)
         jb->per = share;
     if (jb->per == 0)
         jb->per = 1;
-    jb->nchunks = 1 + (jb->nterms - 1 + jb->per - 1) / jb->per;
+    jb->nchunks = 1 + ceil_div(jb->nterms - 1, jb->per);
     return AD_OK;
 }
 
@@ -326,7 +383,7 @@ static ad_status sum(job *jb, unsigned threads)
         pthread_mutex_destroy(&jb->mu);
         return AD_ENOMEM;
     }
-    unsigned helpers = threads_for(threads, jb->nchunks) - 1;
+    unsigned helpers = threads_for(jb, threads) - 1;
     if (helpers)
         helpers = pool_take(jb, helpers);
     work(jb);
@@ -343,11 +400,13 @@ static ad_status sum(job *jb, unsigned threads)
 }
 
 static ad_status start(job *jb, ad_term term, void *ctx, size_t nterms, size_t n,
-                       const double *x, const double *v, double *fx, double *grad, double *hv)
+                       const double *x, int hvp, const double *v, double *fx, double *grad,
+                       double *hv)
 {
     memset(jb, 0, sizeof *jb);
-    *jb = (job){.term = term, .ctx = ctx, .nterms = nterms, .n = n, .x = x, .v = v,
-                .checks = ad_thread_self()->checks, .fx = fx, .grad = grad, .hv = hv};
+    *jb = (job){.term = term, .ctx = ctx, .nterms = nterms, .n = n, .x = x, .hvp = hvp, .v = v,
+                .fx = fx, .grad = grad, .hv = hv};
+    settings_get(&jb->caller);
     atomic_init(&jb->next, 0);
     atomic_init(&jb->stop, 0);
     if (nterms == 0)
@@ -361,7 +420,7 @@ ad_status ad_gradient_sum(ad_term term, void *ctx, size_t nterms, size_t n, cons
     job jb;
     ad_status s = AD_EINVAL;
     if (term && fx && (!n || (x && grad))) {
-        start(&jb, term, ctx, nterms, n, x, NULL, fx, grad, NULL);
+        start(&jb, term, ctx, nterms, n, x, 0, NULL, fx, grad, NULL);
         s = nterms ? sum(&jb, threads) : AD_OK;
     }
     if (s != AD_OK) {
@@ -377,7 +436,7 @@ ad_status ad_hvp_sum(ad_term term, void *ctx, size_t nterms, size_t n, const dou
     job jb;
     ad_status s = AD_EINVAL;
     if (term && fx && (!n || (x && v && grad && hv))) {
-        start(&jb, term, ctx, nterms, n, x, v, fx, grad, hv);
+        start(&jb, term, ctx, nterms, n, x, 1, v, fx, grad, hv);
         s = nterms ? sum(&jb, threads) : AD_OK;
     }
     if (s != AD_OK) {

@@ -45,6 +45,7 @@
  * C11 thrd_create); ./dev.sh tsan runs this file under ThreadSanitizer. */
 #define _POSIX_C_SOURCE 200809L
 
+#include <fenv.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -1035,6 +1036,7 @@ typedef struct gate {
     logistic *L;
     pthread_t caller;
     enum fault_kind on_helper; /* added to every term i >= 1 run off the caller */
+    ad_term extra;             /* added to every term, if set (its ctx: the gate) */
     atomic_int claimed, keeper_known, other_ran, timed_out;
     pthread_t keeper;          /* the thread that waits, once keeper_known */
     atomic_int caller_terms, helper_terms;
@@ -1051,6 +1053,8 @@ static ad_real gate_term(size_t i, const ad_real *x, size_t n, void *ctx)
 {
     gate *g = ctx;
     ad_real t = logistic_term(i, x, n, g->L);
+    if (g->extra)
+        t = ad_add(t, g->extra(i, x, n, g));
     if (i == 0)
         return t;
     pthread_t self = pthread_self();
@@ -1086,12 +1090,21 @@ static void gate_reset(gate *g, logistic *L, enum fault_kind kind)
     g->L = L;
     g->caller = pthread_self();
     g->on_helper = kind;
+    g->extra = NULL;
     atomic_store(&g->claimed, 0);
     atomic_store(&g->keeper_known, 0);
     atomic_store(&g->other_ran, 0);
     atomic_store(&g->timed_out, 0);
     atomic_store(&g->caller_terms, 0);
     atomic_store(&g->helper_terms, 0);
+}
+
+/* No waiting: for a call on one thread. */
+static void gate_open(gate *g)
+{
+    atomic_store(&g->claimed, 1);
+    atomic_store(&g->keeper_known, 1);
+    atomic_store(&g->other_ran, 1);
 }
 
 static void gate_check(const gate *g, unsigned threads)
@@ -1148,9 +1161,12 @@ static void test_failure_on_library_thread(void **state)
             unsigned th = gated_counts[k];
             const char *call = hvp ? "ad_hvp_sum" : "ad_gradient_sum";
             /* non-finite, checks on */
+            static const char label[] = "the caller's label";
             gate_reset(&g, &e.L, F_NONFINITE);
             unsigned was = ad_set_checks(AD_CHECK_FINITE);
+            ad_where(label);
             ad_status s = call_sum(hvp, gate_term, &g, ERR_TERMS, LOG_D, e.x, e.v, &r, th);
+            ad_where(NULL);
             ad_set_checks(was);
             gate_check(&g, th);
             status_is("non-finite on a library thread", call, th, s, AD_ENONFINITE);
@@ -1159,9 +1175,11 @@ static void test_failure_on_library_thread(void **state)
             memset(&fault, 0, sizeof fault);
             status_is("non-finite on a library thread", "ad_last_fault", th,
                       ad_last_fault(&fault), AD_OK);
-            if (!fault.op || strcmp(fault.op, "log") != 0 || fault.phase != AD_PHASE_RECORD) {
-                print_error("threads = %u: fault op %s, phase %d\n", th,
-                            fault.op ? fault.op : "(null)", (int)fault.phase);
+            if (!fault.op || strcmp(fault.op, "log") != 0 || fault.phase != AD_PHASE_RECORD ||
+                fault.label != label) {
+                print_error("threads = %u: fault op %s, phase %d, label %s\n", th,
+                            fault.op ? fault.op : "(null)", (int)fault.phase,
+                            fault.label ? fault.label : "(null)");
                 fail();
             }
             good_call_after("after a non-finite value on a library thread", &e, hvp, th);
@@ -1182,6 +1200,127 @@ static void test_failure_on_library_thread(void **state)
         }
     result_free(&r);
     fixture_close(&e);
+}
+
+/* An inner sum of 161 terms of about 120 records each, whose chunks (and
+ * so its bits) follow the budget of the thread that runs it: 1 term a
+ * chunk at 64 bytes, 10 at the default. */
+static ad_real chain_term(size_t k, const ad_real *u, size_t n, void *ctx)
+{
+    ad_real p = ad_mul(u[0], 1.0 + 1e-3 * (double)k);
+    (void)n, (void)ctx;
+    for (int j = 0; j < 60; j++)
+        p = ad_add(ad_mul(p, 0.999), u[1]);
+    return p;
+}
+
+#define CHAIN_TERMS 161
+#define TINY_BUDGET ((size_t)64)
+
+static ad_real inner_chain_sum(size_t i, const ad_real *x, size_t n, void *ctx)
+{
+    double u[2] = {ad_value(x[i % n]), ad_value(x[(i + 1) % n])}, f, g[2];
+    (void)ctx;
+    if (ad_gradient_sum(chain_term, NULL, CHAIN_TERMS, 2, u, &f, g, 1) != AD_OK)
+        return ad_const(NAN);
+    return ad_add(ad_mul(f, x[i % n]), ad_mul(g[1], x[(i + 1) % n]));
+}
+
+/* The caller's settings hold where the library's threads run its chunks:
+ * its rounding mode (the pool's threads were made under another), and its
+ * chunk budget for sums its terms make.  Either way the bits of one
+ * thread. */
+static void test_caller_settings_on_library_threads(void **state)
+{
+    enum { OUTER = 40 };
+    err_fixture e;
+    gate g;
+    result r, ref, nearest;
+    (void)state;
+    fixture_open(&e);
+    result_alloc(&r, LOG_D);
+    result_alloc(&ref, LOG_D);
+    result_alloc(&nearest, LOG_D);
+    for (size_t k = 0; k < NGATED; k++) { /* the pool made, under round to nearest */
+        gate_reset(&g, &e.L, F_NONE);
+        assert_int_equal(call_sum(0, gate_term, &g, ERR_TERMS, LOG_D, e.x, e.v, &r,
+                                  gated_counts[k]), AD_OK);
+        gate_check(&g, gated_counts[k]);
+    }
+    for (int hvp = 0; hvp < 2; hvp++) {
+        const char *call = hvp ? "ad_hvp_sum" : "ad_gradient_sum";
+        int was = fegetround();
+        assert_int_equal(fesetround(FE_UPWARD), 0);
+        ad_status s = call_sum(hvp, logistic_term, &e.L, ERR_TERMS, LOG_D, e.x, e.v, &ref, 1);
+        for (size_t k = 0; k < NGATED && s == AD_OK; k++) {
+            gate_reset(&g, &e.L, F_NONE);
+            status_is("rounding upward", call, gated_counts[k],
+                      call_sum(hvp, gate_term, &g, ERR_TERMS, LOG_D, e.x, e.v, &r,
+                               gated_counts[k]), AD_OK);
+            gate_check(&g, gated_counts[k]);
+            check_same_result("rounding upward", hvp, gated_counts[k], &r, &ref, LOG_D);
+        }
+        fesetround(was);
+        assert_int_equal(s, AD_OK);
+        assert_true(ref.fx != e.ref[hvp].fx); /* the mode made a difference */
+
+        /* the budget: the inner sums' bits differ with it on one thread */
+        size_t old = ad_set_sum_chunk_bytes(0);
+        gate_reset(&g, &e.L, F_NONE);
+        gate_open(&g);
+        g.extra = inner_chain_sum;
+        assert_int_equal(call_sum(hvp, gate_term, &g, OUTER, LOG_D, e.x, e.v, &nearest, 1),
+                         AD_OK);
+        ad_set_sum_chunk_bytes(TINY_BUDGET);
+        assert_int_equal(call_sum(hvp, gate_term, &g, OUTER, LOG_D, e.x, e.v, &ref, 1), AD_OK);
+        assert_true(ref.fx != nearest.fx);
+        for (size_t k = 0; k < NGATED; k++) {
+            gate_reset(&g, &e.L, F_NONE);
+            g.extra = inner_chain_sum;
+            status_is("the caller's budget in nested sums", call, gated_counts[k],
+                      call_sum(hvp, gate_term, &g, OUTER, LOG_D, e.x, e.v, &r, gated_counts[k]),
+                      AD_OK);
+            gate_check(&g, gated_counts[k]);
+            check_same_result("the caller's budget in nested sums", hvp, gated_counts[k], &r,
+                              &ref, LOG_D);
+        }
+        ad_set_sum_chunk_bytes(old);
+    }
+    result_free(&nearest);
+    result_free(&ref);
+    result_free(&r);
+    fixture_close(&e);
+}
+
+/* nterms near SIZE_MAX: the chunk count must not wrap (a wrapped count
+ * summed term 0 alone and returned AD_OK).  Term 5 fails, in chunk 1. */
+static ad_real huge_sum_term(size_t i, const ad_real *x, size_t n, void *ctx)
+{
+    ad_real t = ad_mul(x[0], (double)(i % 7 + 1));
+    (void)n, (void)ctx;
+    return i == 5 ? ad_add(t, kept) : t;
+}
+
+static void test_huge_nterms(void **state)
+{
+    static const size_t below[] = {1, 15, 100, 10000};
+    double one = 1.0, gr, x[1] = {0.5}, v[1] = {1.0}, fx, g[1], hv[1];
+    (void)state;
+    assert_same(gradient_ok(keep_x0, NULL, 1, &one, &gr), 1.0);
+    for (size_t b = 0; b < sizeof below / sizeof below[0]; b++)
+        for (size_t k = 0; k < NCOUNTS; k++) {
+            unsigned th = thread_counts[k];
+            size_t nterms = SIZE_MAX - below[b];
+            status_is("SIZE_MAX terms", "ad_gradient_sum", th,
+                      ad_gradient_sum(huge_sum_term, NULL, nterms, 1, x, &fx, g, th),
+                      AD_EFOREIGN);
+            assert_all_nan(fx, g, 1);
+            status_is("SIZE_MAX terms", "ad_hvp_sum", th,
+                      ad_hvp_sum(huge_sum_term, NULL, nterms, 1, x, v, &fx, g, hv, th),
+                      AD_EFOREIGN);
+            assert_all_nan(fx, g, 1);
+            assert_nan(hv[0]);
+        }
 }
 
 /* ======================================================================
@@ -1404,6 +1543,12 @@ static ad_real constant_term(size_t i, const ad_real *x, size_t n, void *ctx)
     return ad_const((double)(i + 1));
 }
 
+static ad_real reciprocal_term(size_t i, const ad_real *x, size_t n, void *ctx)
+{
+    (void)x, (void)n, (void)ctx;
+    return ad_const(1.0 / (double)(i + 1));
+}
+
 static void test_no_inputs(void **state)
 {
     (void)state;
@@ -1426,6 +1571,19 @@ static void test_no_inputs(void **state)
                                     thread_counts[k]), AD_OK);
         assert_same(fx, 5050.0);
     }
+    /* ad_hvp_sum is ad_hvp_sum with v NULL too: the same chunks (a third
+     * of the budget), so the same bits as with v given */
+    size_t old = ad_set_sum_chunk_bytes(8192);
+    double v0 = 0.0, fx_null = -1.0, fx_v = -1.0, fx_grad = -1.0;
+    assert_int_equal(ad_hvp_sum(reciprocal_term, NULL, 100000, 0, NULL, NULL, &fx_null, NULL,
+                                NULL, 1), AD_OK);
+    assert_int_equal(ad_hvp_sum(reciprocal_term, NULL, 100000, 0, NULL, &v0, &fx_v, NULL, NULL,
+                                1), AD_OK);
+    assert_int_equal(ad_gradient_sum(reciprocal_term, NULL, 100000, 0, NULL, &fx_grad, NULL, 1),
+                     AD_OK);
+    ad_set_sum_chunk_bytes(old);
+    assert_same(fx_null, fx_v);
+    assert_true(fx_grad != fx_v); /* the chunks differ: the comparison can fail */
     assert_int_equal(never_term_called, 0);
 }
 
@@ -1450,6 +1608,8 @@ int main(void)
         cmocka_unit_test(test_tape_limit_not_applied),
         cmocka_unit_test(test_chunks_on_library_threads),
         cmocka_unit_test(test_failure_on_library_thread),
+        cmocka_unit_test(test_caller_settings_on_library_threads),
+        cmocka_unit_test(test_huge_nterms),
         cmocka_unit_test(test_user_threads),
         cmocka_unit_test(test_short_lived_callers),
         cmocka_unit_test(test_nested_calls),

@@ -154,23 +154,38 @@ static ad_real misfit(const problem *pb, const ad_real *u)
     return loss;
 }
 
-/* The loop written out: every step is recorded. */
-static ad_real objective_plain(const ad_real *p, size_t np, void *ctx)
+/* The loop written out from x0 with params p (recorded if a recording is
+ * active): the final state, in an array of 2n the caller frees; NULL if
+ * out of memory. */
+static ad_real *run_steps(const problem *pb, const ad_real *p, size_t np)
 {
-    const problem *pb = ctx;
-    ad_real *u = malloc(2 * pb->n * sizeof *u), *v = u + pb->n;
-    if (!u)
-        return ad_const(NAN);
-    for (size_t i = 0; i < pb->n; i++)
+    size_t n = pb->n;
+    ad_real *base = malloc(2 * n * sizeof *base);
+    if (!base)
+        return NULL;
+    ad_real *u = base, *v = base + n;
+    for (size_t i = 0; i < n; i++)
         u[i] = ad_const(pb->x0[i]);
     for (size_t k = 0; k < pb->steps; k++) {
-        pb->step(k, u, v, pb->n, p, np, pb->model);
+        pb->step(k, u, v, n, p, np, pb->model);
         ad_real *t = u;
         u = v;
         v = t;
     }
+    if (u != base)
+        memcpy(base, u, n * sizeof *u);
+    return base;
+}
+
+/* The loop written out: every step is recorded. */
+static ad_real objective_plain(const ad_real *p, size_t np, void *ctx)
+{
+    const problem *pb = ctx;
+    ad_real *u = run_steps(pb, p, np);
+    if (!u)
+        return ad_const(NAN);
     ad_real loss = misfit(pb, u);
-    free(u < v ? u : v);
+    free(u);
     return loss;
 }
 
@@ -196,25 +211,17 @@ static ad_real objective_checkpointed(const ad_real *p, size_t np, void *ctx)
  * from x0 with params p; the final state into out. */
 static void simulate(const problem *pb, const double *p, double *out)
 {
-    size_t n = pb->n;
-    ad_real *u = malloc(2 * n * sizeof *u), *v = u + n, pr[MAX_PARAMS];
+    ad_real pr[MAX_PARAMS];
+    for (size_t i = 0; i < pb->np; i++)
+        pr[i] = ad_const(p[i]);
+    ad_real *u = run_steps(pb, pr, pb->np);
     if (!u) {
         fprintf(stderr, "out of memory\n");
         _exit(3);
     }
-    for (size_t i = 0; i < n; i++)
-        u[i] = ad_const(pb->x0[i]);
-    for (size_t i = 0; i < pb->np; i++)
-        pr[i] = ad_const(p[i]);
-    for (size_t k = 0; k < pb->steps; k++) {
-        pb->step(k, u, v, n, pr, pb->np, pb->model);
-        ad_real *t = u;
-        u = v;
-        v = t;
-    }
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < pb->n; i++)
         out[i] = u[i].v;
-    free(u < v ? u : v);
+    free(u);
 }
 
 /* LV with the true params, observed every LV_OBS_EVERY steps. */

@@ -32,9 +32,10 @@ int ad_block_reserve(ad_tape *t, size_t doubles)
 /* Work and flags for a block of `count` outputs and arguments. */
 static int reserve_scratch(ad_tape *t, size_t count)
 {
-    ad_block_scratch *sc = ad_tape_state(t, &ad_block_tenant);
-    if (sc && ad_reserve((void **)&sc->work, &sc->work_cap, count, sizeof *sc->work) == AD_OK &&
-        ad_reserve((void **)&sc->flags, &sc->flags_cap, count, 1) == AD_OK)
+    if (!ad_block_reserve(t, count))
+        return 0;
+    ad_block_scratch *sc = ad_block_scratch_of(t);
+    if (ad_reserve((void **)&sc->flags, &sc->flags_cap, count, 1) == AD_OK)
         return 1;
     ad_tape_fail(t, AD_ENOMEM);
     return 0;

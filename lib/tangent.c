@@ -68,8 +68,8 @@ static int block_reached(const ad_tape *t, const ad_block *b)
 }
 
 /* The exact sweep (seeded.h, ad_retry): rare, so plain, one lane.  While
- * t->reach is set, a block's forward rule skips the terms of arguments
- * not reached (matrix.c). */
+ * the marks' reach is set, a block's forward rule skips the terms of
+ * arguments not reached (matrix.c). */
 void ad_tangent_reached(ad_tape *t, double *tan, uint32_t top)
 {
     ad_marks_of(t)->reach = ad_reach_bits(t);

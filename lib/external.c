@@ -108,7 +108,7 @@ ad_status ad_external(const ad_rule *rule, void *ctx, size_t n, const ad_real *x
     if (!first)
         return fail(t->status, m, y);
     e = (external *)ad_block_at(t, at);
-    if (!ad_check_block(t, "external", n, ext_x(e), m, ext_y(e), first))
+    if (!ad_check_block(t, e->base.kind->name, n, ext_x(e), m, ext_y(e), first))
         return fail(AD_ENONFINITE, m, y);
     for (size_t j = 0; j < m; j++)
         y[j] = ad__made(ext_y(e)[j], first + (uint32_t)j);

@@ -530,7 +530,7 @@ ad_status ad_checkpointed_loop(ad_step_fn step, void *ctx, size_t steps, size_t 
     if (!first)
         return fail(t->status, n, stateN);
     lp = (loop *)ad_block_at(t, at);
-    if (!ad_check_block(t, "checkpointed loop", nx, lp_x(lp), n, lp_y(lp), first))
+    if (!ad_check_block(t, loop_kind.name, nx, lp_x(lp), n, lp_y(lp), first))
         return fail(AD_ENONFINITE, n, stateN);
     for (size_t j = 0; j < n; j++)
         stateN[j] = ad__made(lp_y(lp)[j], first + (uint32_t)j);

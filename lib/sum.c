@@ -399,11 +399,9 @@ static ad_status sum(job *jb, unsigned threads)
     return jb->status;
 }
 
-static ad_status start(job *jb, ad_term term, void *ctx, size_t nterms, size_t n,
-                       const double *x, int hvp, const double *v, double *fx, double *grad,
-                       double *hv)
+static void start(job *jb, ad_term term, void *ctx, size_t nterms, size_t n, const double *x,
+                  int hvp, const double *v, double *fx, double *grad, double *hv)
 {
-    memset(jb, 0, sizeof *jb);
     *jb = (job){.term = term, .ctx = ctx, .nterms = nterms, .n = n, .x = x, .hvp = hvp, .v = v,
                 .fx = fx, .grad = grad, .hv = hv};
     settings_get(&jb->caller);
@@ -411,7 +409,6 @@ static ad_status start(job *jb, ad_term term, void *ctx, size_t nterms, size_t n
     atomic_init(&jb->stop, 0);
     if (nterms == 0)
         zero(jb);
-    return AD_OK;
 }
 
 ad_status ad_gradient_sum(ad_term term, void *ctx, size_t nterms, size_t n, const double *x,

@@ -195,10 +195,9 @@ static inline Bool ad__ipopt_h(Index n, Number *x, Bool new_x, Number obj_factor
     double t0 = ad__ipopt_now();
     b->sigma = obj_factor;
     b->lambda = lambda;
-    ad_status s = ad_sparse_hessian_values(ad__ipopt_lagrangian, b, (size_t)n, x, &fx, b->work,
-                                           &b->hess);
-    if (s == AD_OK && b->hess.nnz)
-        memcpy(values, b->hess.val, b->hess.nnz * sizeof *values);
+    ad_csr H = b->hess;  /* the structure fixed at x0, the values straight into Ipopt's */
+    H.val = values;
+    ad_status s = ad_sparse_hessian_values(ad__ipopt_lagrangian, b, (size_t)n, x, &fx, b->work, &H);
     b->eval_seconds += ad__ipopt_now() - t0;
     return s == AD_OK || ad__ipopt_fail(b, s);
 }

@@ -340,16 +340,19 @@ static ad_status prepare(ad_tape *t, ad_objective f, void *ctx, size_t n, const 
     return s == AD_OK ? room(t, 1, L, top) : s;
 }
 
-/* The seeds and results of ad_hvp (v, hv) or of a block of ad_hessian
- * (directions e_j0 .. e_j0+B-1, L lanes; hess). */
+/* The seeds and results of ad_hvp (v, hv), of ad_second_vjp (v, the
+ * outputs' seeds o; grad and hv the inputs' cotangents and their
+ * tangents) or of a block of ad_hessian (directions e_j0 .. e_j0+B-1, L
+ * lanes; hess). */
 typedef struct second_seeds {
     size_t n, j0, B, L;
     const double *v;
+    const out_seeds *o;
     double *grad, *hv, *hess;
     uint32_t top;
 } second_seeds;
 
-/* One pass of ad_hvp (seeded.h, ad_pass). */
+/* One pass of ad_hvp or ad_second_vjp (seeded.h, ad_pass). */
 static double hvp_pass(ad_tape *t, const ad_retry *r, void *ctx)
 {
     const second_seeds *c = ctx;
@@ -357,7 +360,7 @@ static double hvp_pass(ad_tape *t, const ad_retry *r, void *ctx)
     double *tan = seeds(t, n, 1);
     if (n)
         memcpy(tan + 1, c->v, n * sizeof *c->v);
-    const double *adjd = along(t, c->top, 1, r, &objective);
+    const double *adjd = along(t, c->top, 1, r, c->o);
     double sum = ad_results(r, c->grad, 1, t->adj + 1, 1, n);
     return sum + ad_results(r, c->hv, 1, adjd + 1, 1, n);
 }
@@ -370,7 +373,7 @@ static double hessian_pass(ad_tape *t, const ad_retry *r, void *ctx)
     double *tan = seeds(t, n, L);
     for (size_t b = 0; b < B; b++)
         tan[(j0 + b + 1) * L + b] = 1.0;
-    const double *adjd = along(t, c->top, L, r, &objective);
+    const double *adjd = along(t, c->top, L, r, c->o);
     double sum = ad_results(r, c->grad, 1, t->adj + 1, 1, n);
     for (size_t b = 0; b < B; b++)
         sum += ad_results(r, c->hess + j0 + b, n, adjd + L + b, L, n);
@@ -388,7 +391,7 @@ ad_status ad_hvp(ad_objective f, void *ctx, size_t n, const double *x, const dou
     s = prepare(t, f, ctx, n, x, 1, &top);
     if (s != AD_OK)
         goto fail;
-    second_seeds c = {.n = n, .v = v, .grad = grad, .hv = hv, .top = top};
+    second_seeds c = {.n = n, .v = v, .o = &objective, .grad = grad, .hv = hv, .top = top};
     s = ad_seeded(t, top, 1, hvp_pass, &c, NULL);
     if (s != AD_OK)
         goto fail;
@@ -417,7 +420,8 @@ ad_status ad_hessian(ad_objective f, void *ctx, size_t n, const double *x, doubl
         goto fail;
     for (size_t j0 = 0; j0 < n; j0 += L) {
         size_t B = n - j0 < L ? n - j0 : L;
-        second_seeds c = {.n = n, .j0 = j0, .B = B, .L = L, .grad = grad, .hess = hess, .top = top};
+        second_seeds c = {.n = n, .j0 = j0, .B = B, .L = L, .o = &objective, .grad = grad,
+                          .hess = hess, .top = top};
         s = ad_seeded(t, top, 1, hessian_pass, &c, NULL);
         if (s != AD_OK)
             goto fail;
@@ -432,31 +436,11 @@ fail:
     return s;
 }
 
-/* The seeds and results of ad_second_vjp. */
-typedef struct vjp_seeds {
-    size_t n;
-    const double *v;
-    out_seeds o;
-    double *xbar, *xbard;
-    uint32_t top;
-} vjp_seeds;
-
-/* One pass of ad_second_vjp (seeded.h, ad_pass). */
-static double vjp_pass(ad_tape *t, const ad_retry *r, void *ctx)
-{
-    const vjp_seeds *c = ctx;
-    double *tan = seeds(t, c->n, 1);
-    if (c->n)
-        memcpy(tan + 1, c->v, c->n * sizeof *c->v);
-    const double *adjd = along(t, c->top, 1, r, &c->o);
-    double sum = ad_results(r, c->xbar, 1, t->adj + 1, 1, c->n);
-    return sum + ad_results(r, c->xbard, 1, adjd + 1, 1, c->n);
-}
-
 ad_status ad_second_vjp(ad_tape *t, size_t m, const double *v, const double *w, const double *wd,
                         double *xbar, double *xbard)
 {
-    vjp_seeds c = {.n = t->first - 1, .v = v, .o = {m, w, wd}, .xbar = xbar, .xbard = xbard};
+    out_seeds o = {m, w, wd};
+    second_seeds c = {.n = t->first - 1, .v = v, .o = &o, .grad = xbar, .hv = xbard};
     ad_status s = room(t, m, 1, &c.top);
-    return s == AD_OK ? ad_seeded(t, c.top, 1, vjp_pass, &c, NULL) : s;
+    return s == AD_OK ? ad_seeded(t, c.top, 1, hvp_pass, &c, NULL) : s;
 }

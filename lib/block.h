@@ -69,6 +69,13 @@ static inline const uint32_t *ad_block_ids(const ad_block *b)
     return (const uint32_t *)(const void *)((const char *)b + b->ids);
 }
 
+/* The ID of b's argument k (ids: ad_block_ids(b)): the listed ones, then
+ * the run. */
+static inline uint32_t ad_block_arg(const ad_block *b, const uint32_t *ids, size_t k)
+{
+    return k < b->nargs ? ids[k] : b->run + (uint32_t)(k - b->nargs);
+}
+
 /* Room for a block of `size` bytes in t's block area, with nout outputs
  * and nargs + run_len arguments; returns its offset, or ends the recording with
  * AD_ENOMEM and returns SIZE_MAX.  Reserves the sweeps' work array too, so

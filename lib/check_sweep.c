@@ -82,11 +82,6 @@ static void add(sweep *s, uint32_t hid, uint32_t to, double z, double w, int slo
         note_term(s, hid, to, z, w, slot, AD_PHASE_REVERSE);
 }
 
-static uint32_t block_arg(const ad_block *b, const uint32_t *ids, size_t i)
-{
-    return i < b->nargs ? ids[i] : b->run + (uint32_t)(i - b->nargs);
-}
-
 /* The block's rule, then whether it made an argument's finite cotangent
  * non-finite from finite output cotangents. */
 static void apply_block(sweep *s, const ad__record *r, uint32_t hid)
@@ -99,10 +94,10 @@ static void apply_block(sweep *s, const ad__record *r, uint32_t hid)
         out_finite &= isfinite(s->adj[hid + j]) != 0;
     double *before = out_finite ? ad_alloc((nargs ? nargs : 1) * sizeof *before) : NULL;
     for (size_t i = 0; before && i < nargs; i++)
-        before[i] = s->adj[block_arg(b, ids, i)];
+        before[i] = s->adj[ad_block_arg(b, ids, i)];
     ad_block_reverse(s->t, r, hid, s->adj, 1);
     for (size_t i = 0; before && i < nargs && !s->found; i++) {
-        uint32_t id = block_arg(b, ids, i);
+        uint32_t id = ad_block_arg(b, ids, i);
         if (id && isfinite(before[i]) && !isfinite(s->adj[id]))
             note(s, hid, id, AD_PHASE_REVERSE);
     }
@@ -189,7 +184,7 @@ static void forward_block(sweep *s, const ad__record *r, uint32_t hid)
     size_t nargs = (size_t)b->nargs + b->run_len;
     int in_finite = 1;
     for (size_t i = 0; i < nargs; i++)
-        in_finite &= isfinite(s->adj[block_arg(b, ids, i)]) != 0;
+        in_finite &= isfinite(s->adj[ad_block_arg(b, ids, i)]) != 0;
     ad_block_forward(s->t, r, hid, s->adj, 1);
     for (uint32_t j = 1; j <= b->nout && in_finite && !s->found; j++)
         if (!isfinite(s->adj[hid + j]))

@@ -159,7 +159,7 @@ static void block_reached(ad_tape *t, const ad__record *r, uint32_t hid, double 
         b->kind->reach(b, outs, args);
     for (size_t k = 0; k < nx; k++)
         if (args[k])
-            give(t, adj, k < b->nargs ? ids[k] : b->run + (uint32_t)(k - b->nargs), xbar[k], 1.0);
+            give(t, adj, ad_block_arg(b, ids, k), xbar[k], 1.0);
 }
 
 /* The arguments of a two-argument record r reached with cotangent z. */

@@ -338,12 +338,6 @@ static void nary(pairs *ps, const ad_tape *t, double *adj, uint32_t hid, const a
 
 /* ---- blocks (recorded matrices and their products) ---- */
 
-/* A block's argument k's ID. */
-static uint32_t block_arg(const ad_block *b, size_t k)
-{
-    return k < b->nargs ? ad_block_ids(b)[k] : b->run + (uint32_t)(k - b->nargs);
-}
-
 static void one_partial(void *cx, size_t arg, double d)
 {
     pairs *ps = cx;
@@ -355,14 +349,15 @@ static void one_partial(void *cx, size_t arg, double d)
         ps->status = AD_ENOMEM;
         return;
     }
-    ps->jarg[ps->jlen] = block_arg(ps->blk, arg);
+    ps->jarg[ps->jlen] = ad_block_arg(ps->blk, ad_block_ids(ps->blk), arg);
     ps->jval[ps->jlen++] = d;
 }
 
 static void one_curvature(void *cx, size_t a, size_t b, double v)
 {
     pairs *ps = cx;
-    uint32_t i = block_arg(ps->blk, a), j = block_arg(ps->blk, b);
+    const uint32_t *ids = ad_block_ids(ps->blk);
+    uint32_t i = ad_block_arg(ps->blk, ids, a), j = ad_block_arg(ps->blk, ids, b);
     if (a == b)
         add(ps, i, j, v);
     else
@@ -449,7 +444,7 @@ static void block(pairs *ps, const ad_tape *t, double *adj, uint32_t hid, const 
         b->kind->curvature(t, b, ybar, one_curvature, ps);
     const double *xbar = ad_block_pullback(t, b, ybar);
     for (size_t k = 0; k < (size_t)b->nargs + b->run_len; k++) {
-        uint32_t id = block_arg(b, k);
+        uint32_t id = ad_block_arg(b, ad_block_ids(b), k);
         if (id) {
             adj[id] += xbar[k];
             reach(ps, id);

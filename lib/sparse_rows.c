@@ -123,7 +123,7 @@ AD_INLINE void expand_block(row_state *rs, hot *h, const ad__record *r, uint32_t
             if (!args[k])
                 continue;
             e[l] = xbar[k];
-            stage(rs, h, k < b->nargs ? ids[k] : b->run + (uint32_t)(k - b->nargs), e, 1.0,
+            stage(rs, h, ad_block_arg(b, ids, k), e, 1.0,
                   1u << l, L, hashed);
         }
     }

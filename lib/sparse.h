@@ -66,7 +66,7 @@ AD_HIDDEN int ad_csr_trim(ad_csr_out *o);
  * room cannot be had).  It starts J (ad_csr_start, room for `want`
  * entries) once its own arrays are had; J->row_ptr[rows] is left to the
  * caller. */
-AD_HIDDEN ad_status ad_sparse_rows(const ad_tape *t, ad_sparse_dense *d, size_t n,
-                                   ad_csr_out *o, size_t want);
+AD_HIDDEN ad_status ad_sparse_rows(ad_tape *t, ad_sparse_dense *d, size_t n, ad_csr_out *o,
+                                   size_t want);
 
 #endif

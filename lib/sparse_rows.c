@@ -35,7 +35,7 @@ typedef struct hot {
 #define SORT_SHORT 32
 
 typedef struct row_state {
-    const ad_tape *t;
+    ad_tape *t;                /* swept, and its fault written (ad_seeded) */
     hot h;                     /* between runs of groups (rows_in) */
     int hashed;
     hash_store hs;
@@ -401,7 +401,7 @@ AD_INLINE ad_status rows_in(row_state *rs, ad_csr_out *o, size_t j0, size_t j1, 
         window_aim(&h.w, &h.rec, rs->t->outputs, g.j0 + PREFETCH_AHEAD * L, o->J->rows, L);
         g.start = o->J->nnz;
         /* never exact: no marks, no top; fails only with a block's fault */
-        ad_status f = ad_seeded((ad_tape *)(uintptr_t)rs->t, 0, 0, group_pass, &g, NULL);
+        ad_status f = ad_seeded(rs->t, 0, 0, group_pass, &g, NULL);
         if (g.s == AD_OK)
             g.s = f;
     }
@@ -438,8 +438,7 @@ static int use_dense(row_state *rs, const ad_sparse_dense *d, size_t n)
  * the order the kernel was tuned with: started before them (which frees
  * the spare arrays it does not take), the call ran measurably slower on
  * BA. */
-ad_status ad_sparse_rows(const ad_tape *t, ad_sparse_dense *d, size_t n, ad_csr_out *o,
-                         size_t want)
+ad_status ad_sparse_rows(ad_tape *t, ad_sparse_dense *d, size_t n, ad_csr_out *o, size_t want)
 {
     row_state rs;
     memset(&rs, 0, sizeof rs);

@@ -69,7 +69,8 @@ typedef enum ad_status {
     AD_EBUSY,     /* the call is not allowed while a recording is active */
     AD_ENOTSUP,   /* a record on the tape has no rule for this sweep */
     AD_ENONFINITE, /* AD_CHECK_FINITE: a number became Inf or NaN from finite ones (ad_last_fault) */
-    AD_ESTRUCTURE  /* x reaches a pair outside the structure fixed by an earlier call */
+    AD_ESTRUCTURE, /* x reaches a pair outside the structure fixed by an earlier call */
+    AD_EOVERFLOW   /* a derivative left the double range on its way and made NaN of results */
 } ad_status;
 
 /* How deeply ad_gradient calls may nest inside objectives on one thread. */

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "block.h"
+#include "seeded.h"
 
 #define BLOCK_ALIGN 16
 
@@ -136,6 +137,55 @@ const double *ad_block_pullback(const ad_tape *t, const ad_block *b, const doubl
     b->kind->vjp(t, b, ybar, xbar);
     leave();
     return xbar;
+}
+
+const double *ad_block_pullback_reached(const ad_tape *t, const ad_block *b, const double *ybar)
+{
+    unsigned char *outs = ad_block_flags(t), *args = outs + b->nout;
+    size_t nx = (size_t)b->nargs + b->run_len;
+    if (!b->kind->vjp_exact) {
+        const double *xbar = ad_block_pullback(t, b, ybar);
+        memset(args, !b->kind->reach, nx);
+        if (b->kind->reach)
+            b->kind->reach(b, outs, args);
+        return xbar;
+    }
+    double *xbar = ad_block_work(t) + b->nout;
+    memset(xbar, 0, nx * sizeof *xbar);
+    memset(args, 0, nx);
+    enter();
+    b->kind->vjp_exact(t, b, outs, ybar, xbar, args);
+    leave();
+    return xbar;
+}
+
+void ad_block_forward_reached(const ad_tape *t, const ad__record *r, uint32_t hid, double *tan)
+{
+    const ad_block *b = ad_block_of(t, r);
+    const uint32_t *ids = ad_block_ids(b);
+    size_t nx = (size_t)b->nargs + b->run_len;
+    unsigned char *outs = ad_block_flags(t), *args = outs + b->nout;
+    double *xdot = ad_block_work(t), *ydot = xdot + nx;
+    int any = 0;
+    for (size_t k = 0; k < nx; k++) {
+        uint32_t id = ad_block_arg(b, ids, k);
+        args[k] = !ad_tangent_zero(t, id);
+        xdot[k] = args[k] ? tan[id] : 0.0;
+        any |= args[k];
+    }
+    memset(outs, 0, b->nout);
+    memset(ydot, 0, b->nout * sizeof *ydot);
+    if (any) {
+        enter();
+        b->kind->jvp_exact(t, b, args, xdot, ydot, outs);
+        leave();
+    }
+    tan[hid] = 0.0;
+    for (uint32_t j = 0; j < b->nout; j++) {
+        tan[hid + 1 + j] = outs[j] ? ydot[j] : 0.0;
+        if (outs[j])
+            ad_reach_mark(t, hid + 1 + j);
+    }
 }
 
 void ad_block_reverse(const ad_tape *t, const ad__record *r, uint32_t hid, double *adj, size_t L)

@@ -53,6 +53,16 @@ typedef struct ad_block_kind {
      * (listed, then the run) that the outputs flagged in outs depend on.
      * Without it every output depends on every argument. */
     void (*reach)(const ad_block *b, const unsigned char *outs, unsigned char *args);
+    /* Optional, for kinds whose reach only a replay can tell (a
+     * checkpointed loop): the exact rules, used by the exact sweeps and
+     * the sparse resolve in place of vjp and reach (jvp).  vjp_exact
+     * takes cotangents from the outputs flagged in outs alone and flags
+     * the arguments they reach in args; jvp_exact takes tangents from the
+     * arguments flagged in args alone and flags the outputs they reach. */
+    void (*vjp_exact)(const ad_tape *t, const ad_block *b, const unsigned char *outs,
+                      const double *ybar, double *xbar, unsigned char *args);
+    void (*jvp_exact)(const ad_tape *t, const ad_block *b, const unsigned char *args,
+                      const double *xdot, double *ydot, unsigned char *outs);
 } ad_block_kind;
 
 /* Arguments: nargs listed IDs, then run_len consecutive IDs from run (a
@@ -112,6 +122,20 @@ AD_HIDDEN void ad_block_fail(const ad_tape *t, ad_status s);
 /* Cotangents of the arguments from those of the outputs, for the sparse
  * resolve: returns the argument cotangents (t's work array). */
 AD_HIDDEN const double *ad_block_pullback(const ad_tape *t, const ad_block *b, const double *ybar);
+
+/* The exact pullback, for the exact sweep and the sparse resolve: from
+ * the outputs flagged in ad_block_flags(t) (the others' ybar 0), with the
+ * arguments they reach flagged after them; returns the argument
+ * cotangents (t's work array). */
+AD_HIDDEN const double *ad_block_pullback_reached(const ad_tape *t, const ad_block *b,
+                                                  const double *ybar);
+
+/* The exact forward sweep's part for a kind with jvp_exact (one lane):
+ * tangents from the arguments whose tangent is not zero by structure
+ * (seeded.h, ad_tangent_zero); sets the header's and outputs' tangents
+ * and marks the outputs reached. */
+AD_HIDDEN void ad_block_forward_reached(const ad_tape *t, const ad__record *r, uint32_t hid,
+                                        double *tan);
 
 /* The rules' scratch, per tape (a tenant of block.c), reserved as blocks
  * are recorded so that sweeps never allocate. */

@@ -90,6 +90,11 @@ AD_INLINE void apply2(const ad__record *r, ad_aux h, const double *tan, double *
         wda[l] = h.aa * ta[l] + h.ab * tb[l];
         wdb[l] = h.ab * ta[l] + h.bb * tb[l];
         if (AD__UNLIKELY(wda[l] != wda[l] || wdb[l] != wdb[l])) {
+            if (ad_aux_scaled(r, &h)) {  /* out of the double range (second.h) */
+                wda[l] = ad_aux_times(&h, ta[l]);
+                wdb[l] = 0.0;
+                continue;
+            }
             double aa = h.aa != 0.0 ? h.aa * ta[l] : 0.0, bb = h.bb != 0.0 ? h.bb * tb[l] : 0.0;
             double ab_a = h.ab != 0.0 ? h.ab * ta[l] : 0.0, ab_b = h.ab != 0.0 ? h.ab * tb[l] : 0.0;
             wda[l] = aa + ab_b;
@@ -392,7 +397,7 @@ ad_status ad_hvp(ad_objective f, void *ctx, size_t n, const double *x, const dou
     if (s != AD_OK)
         goto fail;
     second_seeds c = {.n = n, .v = v, .o = &objective, .grad = grad, .hv = hv, .top = top};
-    s = ad_seeded(t, top, 1, hvp_pass, &c, NULL);
+    s = ad_seeded(t, top, AD_SEEDED_EXACT, hvp_pass, &c, NULL);
     if (s != AD_OK)
         goto fail;
     ad_read_outputs(t, 1, fx);
@@ -422,7 +427,7 @@ ad_status ad_hessian(ad_objective f, void *ctx, size_t n, const double *x, doubl
         size_t B = n - j0 < L ? n - j0 : L;
         second_seeds c = {.n = n, .j0 = j0, .B = B, .L = L, .o = &objective, .grad = grad,
                           .hess = hess, .top = top};
-        s = ad_seeded(t, top, 1, hessian_pass, &c, NULL);
+        s = ad_seeded(t, top, AD_SEEDED_EXACT, hessian_pass, &c, NULL);
         if (s != AD_OK)
             goto fail;
     }
@@ -442,5 +447,5 @@ ad_status ad_second_vjp(ad_tape *t, size_t m, const double *v, const double *w, 
     out_seeds o = {m, w, wd};
     second_seeds c = {.n = t->first - 1, .v = v, .o = &o, .grad = xbar, .hv = xbard};
     ad_status s = room(t, m, 1, &c.top);
-    return s == AD_OK ? ad_seeded(t, c.top, 1, hvp_pass, &c, NULL) : s;
+    return s == AD_OK ? ad_seeded(t, c.top, 0, hvp_pass, &c, NULL) : s;
 }

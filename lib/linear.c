@@ -85,6 +85,7 @@ static double columns_pass(ad_tape *t, const ad_retry *r, void *ctx)
             tan[i0 + b + 1] = r->scale;
             ad_reach_mark(t, (uint32_t)(i0 + b + 1));
             ad_tangent_reached(t, tan, c->top);
+            ad_reach_clear(t, c->top);
             sum += ad_results_of(r, c->jac + i0 + b, n, tan, 1, t->outputs, c->m);
         }
         return sum;
@@ -104,7 +105,7 @@ static ad_status jacobian_by_columns(ad_tape *t, size_t n, size_t m, uint32_t hi
     for (size_t i0 = 0; i0 < n; i0 += AD_LANES) {
         size_t B = n - i0 < AD_LANES ? n - i0 : AD_LANES;
         jac_block c = {jac, n, m, i0, B, lanes_for(B), hi};
-        ad_status s = ad_seeded(t, hi, 1, columns_pass, &c, NULL);
+        ad_status s = ad_seeded(t, hi, AD_SEEDED_EXACT, columns_pass, &c, NULL);
         if (s != AD_OK)
             return s;
     }
@@ -165,6 +166,7 @@ static double rows_pass(ad_tape *t, const ad_retry *r, void *ctx)
             adj[out] = r->scale;
             ad_reach_mark(t, out);
             ad_resolve_reached(t, adj, top);
+            ad_reach_clear(t, top);
             sum += ad_results(r, c->jac + (j0 + b) * n, 1, adj + 1, 1, n);
         }
         return sum;
@@ -185,7 +187,7 @@ static ad_status jacobian_by_rows(ad_tape *t, size_t n, size_t m, uint32_t hi, d
         size_t B = m - j0 < AD_LANES ? m - j0 : AD_LANES;
         uint32_t top = B == m ? hi : ad_outputs_top_of(t, j0, B);
         jac_block c = {jac, n, m, j0, B, lanes_for(B), top};
-        ad_status s = ad_seeded(t, top, 1, rows_pass, &c, NULL);
+        ad_status s = ad_seeded(t, top, AD_SEEDED_EXACT | AD_SEEDED_OVER, rows_pass, &c, NULL);
         if (s != AD_OK)
             return s;
     }

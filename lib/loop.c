@@ -92,6 +92,9 @@ typedef struct replay {
     double *pacc, *pdacc;  /* the params' cotangents and their tangents, summed over steps */
     ad_real *in, *out;     /* a plain step's arguments (state, then params) and results */
     size_t *frames;        /* the schedule's stack: the first step of each segment */
+    int exact;             /* an exact sweep's replay: reach carried from step to step */
+    unsigned char *sreach; /* exact: the state's entries reached, then the params' */
+    unsigned char *flags;  /* exact: one step's sweep's flags (sweep.h, ad_reverse_in) */
 } replay;
 
 static void replay_free(replay *rp)
@@ -99,6 +102,7 @@ static void replay_free(replay *rp)
     ad_free(rp->reg);
     ad_free(rp->in);
     ad_free(rp->frames);
+    ad_free(rp->sreach);
 }
 
 static ad_status replay_start(replay *rp, const ad_tape *owner, const loop *lp, int second)
@@ -113,7 +117,8 @@ static ad_status replay_start(replay *rp, const ad_tape *owner, const loop *lp, 
     rp->reg = ad_alloc((2 * n + 4 * nx + 2 * n + 2 * lp->np + 1) * sizeof(double));
     rp->in = ad_alloc((nx + n + 1) * sizeof(ad_real));
     rp->frames = ad_alloc((lp->snaps + 1) * sizeof(size_t));
-    if (!rp->reg || !rp->in || !rp->frames) {
+    rp->sreach = ad_alloc(2 * nx + n);
+    if (!rp->reg || !rp->in || !rp->frames || !rp->sreach) {
         replay_free(rp);
         return AD_ENOMEM;
     }
@@ -127,6 +132,8 @@ static ad_status replay_start(replay *rp, const ad_tape *owner, const loop *lp, 
     rp->pacc = rp->lamd + n;
     rp->pdacc = rp->pacc + lp->np;
     rp->out = rp->in + nx;
+    rp->flags = rp->sreach + nx;
+    memset(rp->sreach, 0, nx);
     const double *x = lp_x(lp);
     for (size_t i = 0; i < lp->np; i++) {
         rp->in[n + i] = ad_const(x[n + i]);
@@ -153,6 +160,7 @@ static ad_status run_plain(replay *rp, size_t k0, size_t k1, int guard)
     if (s != AD_OK)
         return s;
     ad__cursor *outer = ad__active;
+    const char *label = th->label;  /* a label a step sets ends with it */
     if (g)
         ad__active = &g->cursor;
     th->depth++;
@@ -171,6 +179,7 @@ static ad_status run_plain(replay *rp, size_t k0, size_t k1, int guard)
     }
     th->depth--;
     ad__active = outer;
+    th->label = label;
     return s;
 }
 
@@ -204,8 +213,22 @@ static ad_tape *record_step(replay *rp, size_t k, int second, ad_status *s)
     return T;
 }
 
+/* An exact replay's reach from one step to the next: the state's from
+ * `state`, the params' gathered from `params` (NULL: none); then the next
+ * sweep's seeds, the state's and the params' (forward: inputs first). */
+static void carry(replay *rp, const unsigned char *state, const unsigned char *params)
+{
+    size_t n = rp->lp->n, np = rp->lp->np;
+    unsigned char *sr = rp->sreach;
+    memmove(sr, state, n);
+    for (size_t i = 0; params && i < np; i++)
+        sr[n + i] |= params[i];
+    memcpy(rp->flags, sr, n + np);
+}
+
 /* Steps k0 .. k1-1 with tangents: each recorded, then swept forward
- * along (state tangent, params' tangents), into reg. */
+ * along (state tangent, params' tangents), into reg; every record
+ * applied, or (exact) those the seeds reach (sweep.h, ad_forward_in). */
 static ad_status run_tangent(replay *rp, size_t k0, size_t k1)
 {
     size_t n = rp->lp->n;
@@ -215,7 +238,9 @@ static ad_status run_tangent(replay *rp, size_t k0, size_t k1)
         if (!T)
             break;
         memcpy(rp->vin, rp->reg + n, n * sizeof *rp->vin);
-        s = ad_forward(T, n, rp->vin, rp->reg + n);
+        s = ad_forward_in(T, n, rp->vin, rp->reg + n, rp->exact ? rp->flags : NULL);
+        if (rp->exact)
+            carry(rp, rp->flags + rp->lp->n + rp->lp->np, NULL);
         ad_read_outputs(T, n, rp->reg);
     }
     return s;
@@ -227,7 +252,9 @@ static ad_status advance(replay *rp, size_t k0, size_t k1)
 }
 
 /* Step k's reverse, from the state in reg: the state's cotangent lam
- * (and its tangent) moves to step k's input, the params' add up. */
+ * (and its tangent) moves to step k's input, the params' add up.  Every
+ * record applied, or (exact) those the reached state reaches (sweep.h,
+ * ad_reverse_in): the loop's own sweep is one pass of its caller's. */
 static ad_status tape_step(replay *rp, size_t k)
 {
     const loop *lp = rp->lp;
@@ -243,7 +270,9 @@ static ad_status tape_step(replay *rp, size_t k)
             rp->pdacc[i] += rp->xbd[n + i];
         memcpy(rp->lamd, rp->xbd, n * sizeof *rp->lamd);
     } else {
-        s = ad_reverse(T, n, rp->lam, rp->xb);
+        s = ad_reverse_in(T, n, rp->lam, rp->xb, rp->exact ? rp->flags : NULL);
+        if (rp->exact)
+            carry(rp, rp->flags + n, rp->flags + 2 * n);
     }
     for (size_t i = 0; i < np; i++)
         rp->pacc[i] += rp->xb[n + i];
@@ -325,21 +354,30 @@ static int all_zero(const double *v, size_t n)
 
 /* ---- the block's rules ---- */
 
-static void loop_vjp(const ad_tape *t, const ad_block *b, const double *ybar, double *xbar)
+/* The reverse rule, exact (outs: the outputs reached; args gets the
+ * arguments reached) or not (outs NULL: every record of every step
+ * applied, as the loop written out would be by a sweep that is not
+ * exact, zero cotangents included). */
+static void reverse_rule(const ad_tape *t, const ad_block *b, const unsigned char *outs,
+                         const double *ybar, double *xbar, unsigned char *args)
 {
     const loop *lp = (const loop *)b;
     size_t n = lp->n;
-    if (all_zero(ybar, n))  /* xbar arrives zeroed */
-        return;
     replay rp;
     ad_status s = replay_start(&rp, t, lp, 0);
     if (s == AD_OK) {
         memcpy(rp.lam, ybar, n * sizeof *rp.lam);
         memset(rp.pacc, 0, lp->np * sizeof *rp.pacc);
+        if (outs) {
+            rp.exact = 1;
+            carry(&rp, outs, NULL);
+        }
         s = schedule(&rp, 1, lp->warm);
         ((loop *)(uintptr_t)lp)->warm = 0;  /* the reverse overwrote the snapshots */
         memcpy(xbar, rp.lam, n * sizeof *xbar);
         memcpy(xbar + n, rp.pacc, lp->np * sizeof *xbar);
+        if (outs)
+            memcpy(args, rp.sreach, n + lp->np);
         replay_free(&rp);
     }
     if (s != AD_OK) {
@@ -348,27 +386,55 @@ static void loop_vjp(const ad_tape *t, const ad_block *b, const double *ybar, do
     }
 }
 
-static void loop_jvp(const ad_tape *t, const ad_block *b, const double *xdot, double *ydot)
+static void loop_vjp(const ad_tape *t, const ad_block *b, const double *ybar, double *xbar)
+{
+    reverse_rule(t, b, NULL, ybar, xbar, NULL);
+}
+
+static void loop_vjp_exact(const ad_tape *t, const ad_block *b, const unsigned char *outs,
+                           const double *ybar, double *xbar, unsigned char *args)
+{
+    reverse_rule(t, b, outs, ybar, xbar, args);
+}
+
+/* The forward rule, exact (args: the arguments whose tangents count;
+ * outs gets the outputs reached) or not (args NULL). */
+static void forward_rule(const ad_tape *t, const ad_block *b, const unsigned char *args,
+                         const double *xdot, double *ydot, unsigned char *outs)
 {
     const loop *lp = (const loop *)b;
     size_t n = lp->n, np = lp->np;
-    memset(ydot, 0, n * sizeof *ydot);
-    if (all_zero(xdot, n + np))
-        return;
     replay rp;
     ad_status s = replay_start(&rp, t, lp, 1);
     if (s == AD_OK) {
         memcpy(rp.reg, lp_x(lp), n * sizeof *rp.reg);
         memcpy(rp.reg + n, xdot, n * sizeof *rp.reg);
         memcpy(rp.vin + n, xdot + n, np * sizeof *rp.vin);
+        if (args) {
+            rp.exact = 1;
+            carry(&rp, args, args + n);
+        }
         s = run_tangent(&rp, 0, lp->steps);
         memcpy(ydot, rp.reg + n, n * sizeof *ydot);
+        if (args)
+            memcpy(outs, rp.sreach, n);
         replay_free(&rp);
     }
     if (s != AD_OK) {
         ad_block_fail(t, s);
         ad_fill_nan(ydot, n);
     }
+}
+
+static void loop_jvp(const ad_tape *t, const ad_block *b, const double *xdot, double *ydot)
+{
+    forward_rule(t, b, NULL, xdot, ydot, NULL);
+}
+
+static void loop_jvp_exact(const ad_tape *t, const ad_block *b, const unsigned char *args,
+                           const double *xdot, double *ydot, unsigned char *outs)
+{
+    forward_rule(t, b, args, xdot, ydot, outs);
 }
 
 /* Lane `lane` of L: the outputs' cotangents (adj, one lane) and their
@@ -422,7 +488,9 @@ static const ad_block_kind loop_kind = {.name = "checkpointed loop",
                                         .foreign = 1,  /* the steps are the user's code */
                                         .vjp = loop_vjp,
                                         .jvp = loop_jvp,
-                                        .second = loop_second};
+                                        .second = loop_second,
+                                        .vjp_exact = loop_vjp_exact,
+                                        .jvp_exact = loop_jvp_exact};
 
 /* ---- recording ---- */
 

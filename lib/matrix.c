@@ -731,7 +731,7 @@ static void record_product(ad_tape *t, const ad_mat *M, const matrix *B, const a
     for (size_t j = 0; norm && j < m; j++)
         sq += v[j] * v[j];  /* as ad_sqnorm */
     uint32_t first = ad_block_record(t, at);
-    if (first && !ad_check_block(t, norm ? "ad_mat_sqnorm" : "ad_mat_vec", n, x, nout,
+    if (first && !ad_check_block(t, product_kind.name, n, x, nout,
                                  norm ? &sq : v, first))
         first = 0;
     for (size_t j = 0; j < nout; j++)

@@ -48,11 +48,13 @@ ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n, const double
     for (size_t i = 0; i < n; i++)
         t->inputs[i].v = x[i];
     ad__cursor *outer = ad__active;
+    const char *label = th->label;  /* an ad_where label f sets ends with f */
     ad__active = &t->cursor;
     th->depth++;
     f(t->inputs, n, t->outputs, m, ctx);
     th->depth--;
     ad__active = outer;
+    th->label = label;
     if (t->status != AD_OK)
         return t->status;
     /* An output from another recording (or a stale ID) is refused, as an

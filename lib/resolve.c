@@ -136,8 +136,8 @@ static void give(ad_tape *t, double *adj, uint32_t id, double z, double w)
 
 /* A block, as the sparse resolve expands one: its rule runs if one of its
  * outputs was reached, with the others' cotangents 0, and its cotangents
- * go to the arguments that the reached outputs depend on (the kind's
- * reach; without it, all). */
+ * go to the arguments that the reached outputs depend on (block.h,
+ * ad_block_pullback_reached). */
 static void block_reached(ad_tape *t, const ad__record *r, uint32_t hid, double *adj)
 {
     const ad_block *b = ad_block_of(t, r);
@@ -146,17 +146,14 @@ static void block_reached(ad_tape *t, const ad__record *r, uint32_t hid, double 
     int any = 0;
     for (uint32_t j = 0; j < b->nout; j++) {
         outs[j] = (unsigned char)ad_reached(ad_reach_bits(t), hid + 1 + j);
-        ybar[j] = adj[hid + 1 + j];
+        ybar[j] = outs[j] ? adj[hid + 1 + j] : 0.0;
         any |= outs[j];
     }
     if (!any)
         return;
-    const double *xbar = ad_block_pullback(t, b, ybar);
+    const double *xbar = ad_block_pullback_reached(t, b, ybar);
     const uint32_t *ids = ad_block_ids(b);
     size_t nx = (size_t)b->nargs + b->run_len;
-    memset(args, !b->kind->reach, nx);
-    if (b->kind->reach)
-        b->kind->reach(b, outs, args);
     for (size_t k = 0; k < nx; k++)
         if (args[k])
             give(t, adj, ad_block_arg(b, ids, k), xbar[k], 1.0);
@@ -195,35 +192,45 @@ void ad_resolve_reached(ad_tape *t, double *adj, uint32_t top)
             memset(adj + w.hid, 0, ((size_t)w.hdr->a + 1) * sizeof *adj);
         }
     }
-    ad_reach_clear(t, top);
 }
 
 /* One pass of ad_reverse (seeded.h, ad_pass). */
 static double reverse_pass(ad_tape *t, const ad_retry *r, void *ctx)
 {
     const ad_seeds *c = ctx;
+    int exact = r->exact || c->flags;
     /* Outputs that share an ID add up; a constant output seeds slot 0,
      * the sink, and reaches nothing.  An exact pass starts from the
-     * outputs of nonzero weight, so that w = e_j gives row j of J. */
+     * outputs of nonzero weight, so that w = e_j gives row j of J, or
+     * from those flagged. */
     for (size_t j = 0; j < c->m; j++) {
         double wj0 = c->in ? c->in[j] : 1.0;
         t->adj[t->outputs[j].id] += wj0 * r->scale;
-        if (r->exact && wj0 != 0.0)
+        if (exact && (c->flags ? c->flags[j] : wj0 != 0.0))
             ad_reach_mark(t, t->outputs[j].id);
     }
-    if (r->exact)
+    if (exact)
         ad_resolve_reached(t, t->adj, c->hi);
     else
         ad_resolve(t, t->adj, c->hi, 1);  /* records above every output are skipped */
     double sum = ad_results(r, c->out, 1, t->adj + 1, 1, c->n);
+    if (exact) {
+        for (size_t i = 0; c->flags && i < c->n; i++)
+            c->flags[c->m + i] = (unsigned char)ad_reached(ad_reach_bits(t), (uint32_t)(i + 1));
+        ad_reach_clear(t, c->hi);
+    }
     memset(t->adj, 0, (c->n + 1) * sizeof *t->adj);  /* the sink and the inputs */
     return sum;
 }
 
-ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj)
+/* ad_reverse, and ad_reverse_in with can_exact 0 and its flags. */
+static ad_status reverse(ad_tape *t, size_t m, const double *w, double *wj, int can_exact,
+                         unsigned char *flags)
 {
     uint32_t hi = ad_outputs_top(t, m);
     ad_status s = ad_tape_reserve_adjoints(t, hi);
+    if (s == AD_OK && flags)
+        s = ad_reach_reserve(t, hi);
     if (s != AD_OK)
         return s;
     /* The sweep leaves the records' cotangents 0, so only what no sweep
@@ -233,10 +240,26 @@ ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj)
         memset(t->adj + t->adj_zero, 0, (need - t->adj_zero) * sizeof *t->adj);
         t->adj_zero = need;
     }
-    ad_seeds c = {m, n, w, wj, hi};
+    ad_seeds c = {m, n, w, wj, hi, flags};
     double sum;
-    s = ad_seeded(t, hi, 1, reverse_pass, &c, &sum);  /* seeded.h, "Scaled seeds" */
-    if (s == AD_OK && t->checks && sum - sum != 0.0)
-        return ad_check_reverse(t, m, w, hi);  /* AD_CHECK_FINITE: which cotangent overflowed */
+    int how = can_exact ? AD_SEEDED_EXACT | AD_SEEDED_OVER : flags ? AD_SEEDED_OVER : 0;
+    s = ad_seeded(t, hi, how, reverse_pass, &c, &sum);  /* seeded.h, "Scaled seeds" */
+    /* AD_CHECK_FINITE: which cotangent overflowed.  A NaN of a pass with
+     * no exact form is the caller's exact pass to settle. */
+    if ((s == AD_OK || s == AD_EOVERFLOW) && t->checks && sum - sum != 0.0 &&
+        (can_exact || flags || sum == sum)) {
+        ad_status c = ad_check_reverse(t, m, w, hi);
+        return c != AD_OK ? c : s;
+    }
     return s;
+}
+
+ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj)
+{
+    return reverse(t, m, w, wj, 1, NULL);
+}
+
+ad_status ad_reverse_in(ad_tape *t, size_t m, const double *w, double *wj, unsigned char *exact)
+{
+    return reverse(t, m, w, wj, 0, exact);
 }

@@ -9,6 +9,7 @@
  * Called from the tape's slow path, as the mode's hook. */
 #include <float.h>
 #include <math.h>
+#include <string.h>
 
 #include "second.h"
 #include "special.h"
@@ -164,6 +165,104 @@ static ad_aux structure(int op, double y, ad_aux h)
     return h;
 }
 
+/* ---- second partials outside the double range ----
+ *
+ * A second partial can leave the range where the terms it makes do not:
+ * log''(x) = -1/x^2 underflows for x > 1.3e154, where the tangent of x
+ * may be as large as x.  Where a partial the operation has (structure())
+ * comes out 0, subnormal or infinite from finite arguments, it is taken
+ * again in long double, whose range is wider.  If the exact value is a
+ * normal double after all (an intermediate of the formula left the
+ * range: pow's a^(b-2)), it is kept.  If it is finite, nonzero and
+ * outside the normal doubles, a one-argument record
+ * keeps it as m 2^e (second.h, ad_aux_scaled), and the sweeps form
+ * their terms from that; a two-argument record has no room for it and
+ * keeps NaN, and the recording says so (AD_TRAIT_SECOND_RANGE): a result
+ * that takes it is NaN, and the driver fails with AD_EOVERFLOW. */
+
+#define SQRT_PI_L 1.772453850905516027298167483341145183L
+
+/* The exact second partial `which` (0: aa, 1: ab, 2: bb) of op, in long
+ * double, where it can leave the double range; NaN where not taken. */
+static long double exact_l(int op, int which, long double x, long double y)
+{
+    switch (op) {
+    case AD__OP_POW:  /* x^y, x > 0 */
+        if (!(x > 0.0L))
+            break;
+        return which == 0   ? y * (y - 1.0L) * powl(x, y - 2.0L)
+               : which == 1 ? powl(x, y - 1.0L) * (1.0L + y * logl(x))
+                            : logl(x) * logl(x) * powl(x, y);
+    case AD__OP_POW_RD: return x > 0.0L ? y * (y - 1.0L) * powl(x, y - 2.0L) : NAN;
+    case AD__OP_POW_DR: return y > 0.0L ? logl(y) * logl(y) * powl(y, x) : NAN;
+    case AD__OP_DIV:
+        return which == 1 ? -1.0L / (y * y) : which == 2 ? 2.0L * x / (y * y * y) : NAN;
+    case AD__OP_SQRT: return x > 0.0L ? -0.25L / (x * sqrtl(x)) : NAN;
+    case AD__OP_CBRT: return x != 0.0L ? -2.0L / (9.0L * x * cbrtl(x) * cbrtl(x)) : NAN;
+    case AD__OP_LOG: return -1.0L / (x * x);
+    case AD__OP_LOG1P: return -1.0L / ((1.0L + x) * (1.0L + x));
+    case AD__OP_LOG2: return -1.0L / (x * x * (long double)LN2);
+    case AD__OP_LOG10: return -1.0L / (x * x * (long double)LN10);
+    case AD__OP_ATAN: return -2.0L * x / ((1.0L + x * x) * (1.0L + x * x));
+    case AD__OP_TANH: return -2.0L * tanhl(x) / (coshl(x) * coshl(x));
+    case AD__OP_ASINH: return -x / ((1.0L + x * x) * sqrtl(1.0L + x * x));
+    case AD__OP_ACOSH: return -x / ((x * x - 1.0L) * sqrtl(x * x - 1.0L));
+    case AD__OP_ERF: return -4.0L * x / SQRT_PI_L * expl(-x * x);
+    case AD__OP_ERFC: return 4.0L * x / SQRT_PI_L * expl(-x * x);
+    }
+    return NAN;
+}
+
+/* Whether the double h may have left the range it should be in. */
+static int suspect(double h)
+{
+    uint64_t bits;
+    memcpy(&bits, &h, sizeof bits);
+    return bits != 0 && (fabs(h) < DBL_MIN || isinf(h));  /* +0: not a partial at all */
+}
+
+/* Whether exact, the long double value, is a finite nonzero number that
+ * the normal doubles do not hold. */
+static int outside(long double exact)
+{
+    long double m = fabsl(exact);
+    return m > 0.0L && m <= LDBL_MAX && (m < (long double)DBL_MIN || m > (long double)DBL_MAX);
+}
+
+static int in_normal(long double exact)
+{
+    long double m = fabsl(exact);
+    return m >= (long double)DBL_MIN && m <= (long double)DBL_MAX;
+}
+
+/* h's partials out of range kept as above; has_b: the record has a
+ * second argument (else only aa is a partial). */
+static ad_aux in_range(ad_tape *t, int op, double x, double y, int has_b, ad_aux h)
+{
+    double *part[3] = {&h.aa, &h.ab, &h.bb};
+    if (!isfinite(x) || !isfinite(y))
+        return h;
+    for (int k = 0; k < (has_b ? 3 : 1); k++) {
+        if (!suspect(*part[k]))
+            continue;
+        long double e = exact_l(op, k, x, y);
+        if (in_normal(e)) {  /* a formula's intermediate left the range, not the partial */
+            *part[k] = (double)e;
+            continue;
+        }
+        if (!outside(e))
+            continue;
+        if (!has_b) {
+            int exp2;
+            long double m = frexpl(e, &exp2);
+            return two(NAN, (double)m, (double)exp2);
+        }
+        *part[k] = NAN;
+        t->traits |= AD_TRAIT_SECOND_RANGE;
+    }
+    return h;
+}
+
 /* The hook: the record's second partials into its side entry.  Not a
  * running pointer: n-ary slots advance the cursor without the hooks. */
 static uint32_t take(ad_tape *t, int i, uint32_t a, double wa, uint32_t b, double wb, int op,
@@ -183,6 +282,8 @@ static uint32_t take(ad_tape *t, int i, uint32_t a, double wa, uint32_t b, doubl
         h.aa = h.ab = 0.0;
     if (!b)
         h.ab = h.bb = 0.0;
+    if (op > AD__OP_MUL && (a || b))
+        h = in_range(t, op, x, y, b != 0, h);
     *side = h;
     return ad_tape_pass(t, i, a, wa, b, wb, op, x, y, v);
 }

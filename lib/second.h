@@ -3,6 +3,8 @@
 #ifndef DUALREV_SECOND_H
 #define DUALREV_SECOND_H
 
+#include <math.h>
+
 #include "tape.h"
 
 /* Second partials of a record: d2/da2, d2/dadb, d2/db2, zero for a
@@ -11,6 +13,20 @@
 typedef struct ad_aux {
     double aa, ab, bb;
 } ad_aux;
+
+/* A one-argument record whose second partial is outside the double range
+ * keeps it as m 2^e: aa NaN, ab = m, bb = e (second.c).  Whether h is
+ * such a partial, and x times it, rounded once where the product is in
+ * range. */
+static inline int ad_aux_scaled(const ad__record *r, const ad_aux *h)
+{
+    return !r->b && h->aa != h->aa && h->ab != 0.0;
+}
+
+static inline double ad_aux_times(const ad_aux *h, double x)
+{
+    return ldexp(h->ab * x, (int)h->bb);
+}
 
 /* The mode a second-order recording is made in. */
 AD_HIDDEN extern const ad_mode ad_second_mode;

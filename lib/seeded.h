@@ -85,12 +85,10 @@ typedef struct ad_watch {
 static inline ad_watch ad_watch_begin(double scale)
 {
     ad_watch w = {scale, 0};
-    if (scale != 1.0) {
-        unsigned csr = _mm_getcsr();
-        w.was = (csr & AD_MXCSR_OE) != 0;
-        if (w.was)
-            _mm_setcsr(csr & ~AD_MXCSR_OE);
-    }
+    unsigned csr = _mm_getcsr();
+    w.was = (csr & AD_MXCSR_OE) != 0;
+    if (w.was)
+        _mm_setcsr(csr & ~AD_MXCSR_OE);
     return w;
 }
 
@@ -115,7 +113,7 @@ static inline ad_watch ad_watch_begin(double scale)
 {
     ad_watch w = {.scale = scale};
 #ifdef FE_OVERFLOW
-    if (scale != 1.0 && fetestexcept(FE_OVERFLOW)) {
+    if (fetestexcept(FE_OVERFLOW)) {
         w.was = 1;
         fegetexceptflag(&w.flag, FE_OVERFLOW);
         feclearexcept(FE_OVERFLOW);
@@ -134,16 +132,17 @@ static inline int ad_overflow_end(const ad_watch *w)
         feclearexcept(FE_OVERFLOW);
     return over;
 #else
-    return 1;  /* no flag to read: any result that is not finite is swept again */
+    return -1;  /* no flag to read: any result that is not finite is swept again */
 #endif
 }
 #endif
 
-/* Whether the sweep since ad_watch_begin raised the flag (never unscaled),
- * which is left as it was before; to be called once per ad_watch_begin. */
+/* Whether the sweep since ad_watch_begin raised the flag (1), did not (0),
+ * or cannot tell (-1: no flag to read); the flag is left as it was
+ * before.  To be called once per ad_watch_begin. */
 static inline int ad_watch_over(const ad_watch *w)
 {
-    return w->scale != 1.0 && ad_overflow_end(w);
+    return ad_overflow_end(w);
 }
 
 /* Results that are not all finite, again.  Each sweep applies every record
@@ -169,6 +168,7 @@ typedef struct ad_retry {
     int exact;          /* this pass applies only what the seeds reach */
     int pass;           /* 0 first */
     int can_exact;      /* the sweep has an exact form (the sparse resolve is exact) */
+    int over;           /* the last pass raised the overflow flag (1), or not (0) */
     ad_status status;
     ad_watch watch;
 } ad_retry;
@@ -195,6 +195,7 @@ static inline ad_retry ad_retry_begin(const ad_tape *t, int can_exact)
     r.exact = 0;
     r.pass = 0;
     r.can_exact = can_exact;
+    r.over = 0;
     r.status = AD_OK;
     r.watch = ad_watch_begin(r.scale);
     return r;
@@ -211,22 +212,35 @@ AD_HIDDEN int ad_retry_plan(ad_retry *r, ad_tape *t, uint32_t top, int over, int
 static inline int ad_retry_next(ad_retry *r, ad_tape *t, uint32_t top, double sum)
 {
     int over = ad_watch_over(&r->watch);
-    return sum - sum != 0.0 && t->fault == AD_OK && ad_retry_plan(r, t, top, over, sum != sum);
+    r->over = over == 1;
+    return sum - sum != 0.0 && t->fault == AD_OK &&
+           ad_retry_plan(r, t, top, r->scale != 1.0 && over, sum != sum);
 }
 
+/* What ad_seeded may do with a sweep: run its exact form (AD_SEEDED_EXACT),
+ * and take results that are still NaN after a last pass that overflowed
+ * for AD_EOVERFLOW (AD_SEEDED_OVER).  The second only where every record
+ * that pass applies lies on a path to a result: a reverse sweep's exact
+ * pass, the sparse resolve; a forward sweep applies also records that
+ * reach no result, whose overflow says nothing of the results. */
+enum { AD_SEEDED_EXACT = 1, AD_SEEDED_OVER = 2 };
+
 /* The seeded sweep of t up to ID top: `pass` with ctx, first scaled, then
- * as many more times as its results ask (ad_retry); can_exact: the sweep
- * has an exact form.  *last (if last is not NULL) gets the last pass's
- * sum, for a caller that looks further into results not all finite
- * (ad_check_reverse).  AD_ENOMEM if an exact pass's marks could not be
- * had, a block rule's fault (ad_block_fail: no pass follows it), else
- * AD_OK (a pass's own failure is the caller's to report).
+ * as many more times as its results ask (ad_retry); how: AD_SEEDED_*.
+ * *last (if last is not NULL) gets the last pass's sum, for a caller
+ * that looks further into results not all finite (ad_check_reverse).
+ * AD_ENOMEM if an exact pass's marks could not be had, a block rule's
+ * fault (ad_block_fail: no pass follows it), AD_EOVERFLOW if results are
+ * NaN (or Infs of both signs) after the last pass and it overflowed
+ * (AD_SEEDED_OVER), or a second partial out of range was recorded
+ * (second.c): a NaN that the exact derivative need not have; else AD_OK
+ * (a pass's own failure is the caller's to report).
  * Always inlined, so that `pass`, a constant, is called directly and can
  * be inlined in its turn. */
-AD_INLINE ad_status ad_seeded(ad_tape *t, uint32_t top, int can_exact, ad_pass pass, void *ctx,
+AD_INLINE ad_status ad_seeded(ad_tape *t, uint32_t top, int how, ad_pass pass, void *ctx,
                               double *last)
 {
-    ad_retry r = ad_retry_begin(t, can_exact);
+    ad_retry r = ad_retry_begin(t, how & AD_SEEDED_EXACT);
     double sum;
     t->fault = AD_OK;
     do
@@ -234,7 +248,10 @@ AD_INLINE ad_status ad_seeded(ad_tape *t, uint32_t top, int can_exact, ad_pass p
     while (ad_retry_next(&r, t, top, sum));
     if (last)
         *last = sum;
-    return r.status != AD_OK ? r.status : t->fault;
+    if (r.status != AD_OK || t->fault != AD_OK)
+        return r.status != AD_OK ? r.status : t->fault;
+    int over = r.over && how & AD_SEEDED_OVER;
+    return sum != sum && (over || t->traits & AD_TRAIT_SECOND_RANGE) ? AD_EOVERFLOW : AD_OK;
 }
 
 /* The first pass's results, as ad_unscale; a later pass's only where

@@ -20,12 +20,15 @@
  * W_jk and to W_kj is one entry's v, or 2v on the diagonal (j == k).
  * Structure: an interaction is kept even when its weight is 0 at x, as
  * second.c marks a second partial that is 0 only here. */
+#include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "block.h"
 #include "recording.h"
 #include "second.h"
+#include "seeded.h"
 #include "sparse.h"
 #include "status.h"
 #include "walk.h"
@@ -185,10 +188,12 @@ static void push(pairs *ps, uint32_t i, size_t n, const uint32_t *arg, const dou
                 add_both(ps, arg[j], p, g[j] * w);
             continue;
         }
-        for (size_t j = 0; j < k; j++) {  /* W_ii onto every pair of arguments */
-            add(ps, arg[j], arg[j], g[j] * g[j] * w);
+        /* W_ii onto every pair of arguments; g (g w), as g g overflows
+         * where W_ii is small (exp(x) at 700, say) */
+        for (size_t j = 0; j < k; j++) {
+            add(ps, arg[j], arg[j], g[j] * (g[j] * w));
             for (size_t l = j + 1; l < k; l++)
-                add_both(ps, arg[j], arg[l], g[j] * g[l] * w);
+                add_both(ps, arg[j], arg[l], g[j] * (g[l] * w));
         }
     }
 }
@@ -224,7 +229,7 @@ static void relink(pairs *ps, uint32_t i, uint32_t a, double w)
         uint32_t next = p->next, c = p->col;
         if (c == i) {
             c = a;
-            p->w *= w * w;
+            p->w = w * (w * p->w);
         } else {
             p->w *= c == a ? 2.0 * w : w;
         }
@@ -234,6 +239,17 @@ static void relink(pairs *ps, uint32_t i, uint32_t a, double w)
         ps->head[row] = e;
         e = next;
     }
+}
+
+/* z h for a second partial outside the double range (second.h): edge
+ * pushing keeps z h as it is, so a z h that is outside the range too
+ * fails the sweep, AD_EOVERFLOW, where the product is not exactly 0. */
+static double scaled(pairs *ps, double z, const ad_aux *h)
+{
+    double v = ad_aux_times(h, z);
+    if (z != 0.0 && (fabs(v) < DBL_MIN || isinf(v)) && isfinite(z))
+        ps->status = AD_EOVERFLOW;
+    return v;
 }
 
 static void ordinary(pairs *ps, double *adj, uint32_t i, const ad__record *r, const ad_aux *h)
@@ -247,7 +263,9 @@ static void ordinary(pairs *ps, double *adj, uint32_t i, const ad__record *r, co
         return;
     }
     push(ps, i, take_row(ps, i), arg, g, 2);
-    if (has(h->aa))
+    if (ad_aux_scaled(r, h))
+        add(ps, r->a, r->a, scaled(ps, z, h));
+    else if (has(h->aa))
         add(ps, r->a, r->a, z * h->aa);
     if (has(h->ab))
         add_both(ps, r->a, r->b, z * h->ab);
@@ -341,11 +359,13 @@ static void nary(pairs *ps, const ad_tape *t, double *adj, uint32_t hid, const a
 static void one_partial(void *cx, size_t arg, double d)
 {
     pairs *ps = cx;
-    if (ps->jlen == ps->jarg_cap &&
-        (ad_grow((void **)&ps->jarg, &ps->jarg_cap, ps->jlen + 1, sizeof *ps->jarg, ps->jlen) !=
-             AD_OK ||
-         ad_grow((void **)&ps->jval, &ps->jval_cap, ps->jlen + 1, sizeof *ps->jval, ps->jlen) !=
-             AD_OK)) {
+    if (ps->status != AD_OK)
+        return;
+    /* each array against its own room: one may have grown when the other could not */
+    if (ad_grow((void **)&ps->jarg, &ps->jarg_cap, ps->jlen + 1, sizeof *ps->jarg, ps->jlen) !=
+            AD_OK ||
+        ad_grow((void **)&ps->jval, &ps->jval_cap, ps->jlen + 1, sizeof *ps->jval, ps->jlen) !=
+            AD_OK) {
         ps->status = AD_ENOMEM;
         return;
     }
@@ -356,6 +376,8 @@ static void one_partial(void *cx, size_t arg, double d)
 static void one_curvature(void *cx, size_t a, size_t b, double v)
 {
     pairs *ps = cx;
+    if (ps->status != AD_OK)
+        return;
     const uint32_t *ids = ad_block_ids(ps->blk);
     uint32_t i = ad_block_arg(ps->blk, ids, a), j = ad_block_arg(ps->blk, ids, b);
     if (a == b)
@@ -410,15 +432,15 @@ static void push_block(pairs *ps, uint32_t hid, size_t len)
         uint32_t o2 = p - hid - 1;  /* another output, or o itself */
         if (o2 == o) {
             for (size_t a = o0; a < o1; a++) {
-                add(ps, ps->jarg[a], ps->jarg[a], ps->jval[a] * ps->jval[a] * w);
+                add(ps, ps->jarg[a], ps->jarg[a], ps->jval[a] * (ps->jval[a] * w));
                 for (size_t c = a + 1; c < o1; c++)
-                    add_both(ps, ps->jarg[a], ps->jarg[c], ps->jval[a] * ps->jval[c] * w);
+                    add_both(ps, ps->jarg[a], ps->jarg[c], ps->jval[a] * (ps->jval[c] * w));
             }
             continue;
         }
         for (size_t a = o0; a < o1; a++)
             for (size_t c = ps->jstart[o2]; c < ps->jstart[o2 + 1]; c++)
-                add_both(ps, ps->jarg[a], ps->jarg[c], ps->jval[a] * ps->jval[c] * w);
+                add_both(ps, ps->jarg[a], ps->jarg[c], ps->jval[a] * (ps->jval[c] * w));
     }
 }
 
@@ -472,12 +494,12 @@ static ad_status reserve(pairs *ps, uint32_t top)
     return AD_OK;
 }
 
-/* The sweep from the objective's ID down: W left in the inputs' rows,
- * the gradient in adj. */
-static ad_status sweep(pairs *ps, const ad_tape *t, double *adj, uint32_t top)
+/* The sweep from the objective's ID down, seeded with `seed`: W left in
+ * the inputs' rows, the gradient in adj, both times the seed. */
+static ad_status sweep(pairs *ps, const ad_tape *t, double *adj, uint32_t top, double seed)
 {
     uint32_t out = t->outputs[0].id;
-    adj[out] = 1.0;
+    adj[out] = seed;
     if (out)
         reach(ps, out);
     unsigned char *const *aux = ad_tape_side(t, &ad_second_mode)->chunks;
@@ -505,8 +527,9 @@ static int by_col(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* H's lower triangle from the inputs' rows, columns ascending. */
-static ad_status assemble(pairs *ps, size_t n, ad_csr *H)
+/* H's lower triangle from the inputs' rows, columns ascending, scaled
+ * back by u; *sum gets the sum of its values. */
+static ad_status assemble(pairs *ps, size_t n, ad_csr *H, double u, double *sum)
 {
     ad_csr_out o = {H, 0};
     H->rows = H->cols = n;
@@ -518,12 +541,15 @@ static ad_status assemble(pairs *ps, size_t n, ad_csr *H)
         size_t k = take_row(ps, r);
         if (ps->status != AD_OK)
             return ps->status;
-        qsort(ps->cols, k, sizeof *ps->cols, by_col);
+        if (k > 1)
+            qsort(ps->cols, k, sizeof *ps->cols, by_col);
         if (!ad_csr_room(&o, H->nnz + k))
             return AD_ENOMEM;
         for (size_t q = 0; q < k; q++) {
+            double v = ad_result(ps->acc[ps->cols[q]], u);
+            *sum += v;
             H->col[H->nnz] = ps->cols[q] - 1;
-            H->val[H->nnz++] = ps->acc[ps->cols[q]];
+            H->val[H->nnz++] = v;
         }
     }
     H->row_ptr[n] = H->nnz;
@@ -561,10 +587,13 @@ static size_t find(const ad_csr *H, size_t r, size_t c)
     return lo < H->row_ptr[r + 1] && H->col[lo] == c ? lo : SIZE_MAX;
 }
 
-/* The inputs' rows written into H's fixed structure. */
-static ad_status scatter(pairs *ps, size_t n, ad_csr *H)
+/* The inputs' rows written into H's fixed structure, scaled back as
+ * ad_results does (seeded.h): a first pass writes every value, a later
+ * one only those not finite; *sum gets the sum of H's values. */
+static ad_status scatter(pairs *ps, size_t n, ad_csr *H, const ad_retry *rt, double *sum)
 {
-    if (H->nnz)  /* val may be NULL then */
+    double u = ad_seed_back(rt->scale);
+    if (H->nnz && !rt->pass)  /* val may be NULL without entries */
         memset(H->val, 0, H->nnz * sizeof *H->val);
     for (uint32_t r = 1; r <= n; r++) {
         size_t k = take_row(ps, r);
@@ -574,32 +603,65 @@ static ad_status scatter(pairs *ps, size_t n, ad_csr *H)
             size_t at = find(H, r - 1, ps->cols[q] - 1);
             if (at == SIZE_MAX)
                 return AD_ESTRUCTURE;
-            H->val[at] = ps->acc[ps->cols[q]];
+            if (!rt->pass || H->val[at] - H->val[at] != 0.0)
+                H->val[at] = ad_result(ps->acc[ps->cols[q]], u);
         }
     }
+    for (size_t k = 0; k < H->nnz; k++)
+        *sum += H->val[k];
     return AD_OK;
 }
 
-/* The sweep on the recording t; then H built afresh, or (fixed) its
- * structure filled. */
+/* What one pass of the sweep writes (seeded.h, ad_pass). */
+typedef struct sparse_pass {
+    pairs *ps;
+    size_t n;
+    double *grad;
+    ad_csr *H;
+    int fixed;  /* H's structure is given */
+    uint32_t top;
+    ad_status status;
+} sparse_pass;
+
+/* One pass: the sweep seeded with r's scale, then H built afresh (a
+ * first pass, not fixed) or its structure filled, and the gradient. */
+static double one_pass(ad_tape *t, const ad_retry *r, void *ctx)
+{
+    sparse_pass *c = ctx;
+    pairs *ps = c->ps;
+    double sum = 0.0;
+    ad_status s = reserve(ps, c->top);
+    if (s == AD_OK) {
+        memset(t->adj, 0, ((size_t)c->top + 1) * sizeof *t->adj);
+        s = sweep(ps, t, t->adj, c->top, r->scale);
+    }
+    if (s == AD_OK)
+        s = c->fixed || r->pass ? scatter(ps, c->n, c->H, r, &sum)
+                                : assemble(ps, c->n, c->H, ad_seed_back(r->scale), &sum);
+    if (s != AD_OK) {
+        c->status = s;
+        return 0.0;
+    }
+    return sum + ad_results(r, c->grad, 1, t->adj + 1, 1, c->n);
+}
+
+/* The sweep on the recording t through ad_seeded, as every sweep is
+ * (seeded.h, "Scaled seeds"): it is exact already (a record takes part
+ * once its cotangent is reached), so only the unscaled rerun is left. */
 static ad_status hessian(ad_tape *t, size_t n, double *grad, ad_csr *H, int fixed)
 {
     if (t->traits & AD_TRAIT_NO_EDGES)  /* an external function's block */
         return AD_ENOTSUP;
     uint32_t top = ad_outputs_top(t, 1);
     pairs *ps = ad_tape_state(t, &tenant);
-    ad_status s = ps ? reserve(ps, top) : AD_ENOMEM;
+    ad_status s = ps ? AD_OK : AD_ENOMEM;
     if (s == AD_OK)
         s = ad_tape_borrow_adjoints(t, (size_t)top + 1);
     if (s != AD_OK)
         return s;
-    memset(t->adj, 0, ((size_t)top + 1) * sizeof *t->adj);
-    s = sweep(ps, t, t->adj, top);
-    if (s == AD_OK)
-        s = fixed ? scatter(ps, n, H) : assemble(ps, n, H);
-    if (s == AD_OK && n)
-        memcpy(grad, t->adj + 1, n * sizeof *grad);
-    return s;
+    sparse_pass c = {ps, n, grad, H, fixed, top, AD_OK};
+    s = ad_seeded(t, top, AD_SEEDED_OVER, one_pass, &c, NULL);
+    return c.status != AD_OK ? c.status : s;
 }
 
 /* f recorded at x, its Hessian into H (fixed: into H's structure), *fx. */

@@ -95,9 +95,10 @@ AD_INLINE void stage(row_state *rs, hot *h, uint32_t id, const double *z, double
 
 /* A block's outputs sit above its header, so when the header comes up
  * every output's cotangents are complete.  Its rule takes one lane at a
- * time.  Each argument is staged, even with a zero cotangent: the
+ * time.  Each argument reached is staged, even with a zero cotangent: the
  * structure of a rule is every output on every argument, unless its kind
- * says which arguments the reached outputs depend on. */
+ * says which arguments the reached outputs depend on (block.h,
+ * ad_block_pullback_reached). */
 AD_INLINE void expand_block(row_state *rs, hot *h, const ad__record *r, uint32_t id, unsigned M,
                             const size_t L, const int hashed)
 {
@@ -114,10 +115,7 @@ AD_INLINE void expand_block(row_state *rs, hot *h, const ad__record *r, uint32_t
             outs[j] = c.v && (c.lanes >> l & 1);
             ybar[j] = outs[j] ? c.v[l] : 0.0;
         }
-        const double *xbar = ad_block_pullback(rs->t, b, ybar);
-        memset(args, !b->kind->reach, nx);
-        if (b->kind->reach)
-            b->kind->reach(b, outs, args);
+        const double *xbar = ad_block_pullback_reached(rs->t, b, ybar);
         double e[GROUP] = {0};
         for (size_t k = 0; k < nx; k++) {
             if (!args[k])
@@ -401,7 +399,7 @@ AD_INLINE ad_status rows_in(row_state *rs, ad_csr_out *o, size_t j0, size_t j1, 
         window_aim(&h.w, &h.rec, rs->t->outputs, g.j0 + PREFETCH_AHEAD * L, o->J->rows, L);
         g.start = o->J->nnz;
         /* never exact: no marks, no top; fails only with a block's fault */
-        ad_status f = ad_seeded(rs->t, 0, 0, group_pass, &g, NULL);
+        ad_status f = ad_seeded(rs->t, 0, AD_SEEDED_OVER, group_pass, &g, NULL);
         if (g.s == AD_OK)
             g.s = f;
     }

@@ -19,6 +19,7 @@ typedef struct ad_seeds {
     const double *in;
     double *out;
     uint32_t hi;
+    unsigned char *flags;  /* ad_reverse_in's, ad_forward_in's exact flags, or NULL */
 } ad_seeds;
 
 /* The reverse sweep (resolve.c).  ad_resolve applies records top, top-1, ...,
@@ -27,9 +28,18 @@ typedef struct ad_seeds {
  * (1 when w is NULL), sweeps, and writes the inputs' cotangents to wj. */
 AD_HIDDEN void ad_resolve(ad_tape *t, double *adj, uint32_t top, size_t lanes);
 AD_HIDDEN ad_status ad_reverse(ad_tape *t, size_t m, const double *w, double *wj);
+/* ad_reverse as one pass of the caller's own sweep, for a rule that
+ * sweeps a tape of its own (a checkpointed loop's step): exact NULL,
+ * every record applied, and results not all finite left so (the caller's
+ * exact pass settles them); else the exact sweep from the outputs flagged
+ * in exact[0..m), whatever their weight, which flags the inputs reached
+ * in exact[m..m+n). */
+AD_HIDDEN ad_status ad_reverse_in(ad_tape *t, size_t m, const double *w, double *wj,
+                                  unsigned char *exact);
 /* An exact reverse sweep (seeded.h, ad_retry), one lane: applies only the records
  * that the IDs marked (seeded.h, ad_marks) reach, marking them as it goes; leaves
- * the marks zero and the swept cotangents as ad_resolve's one lane does. */
+ * the swept cotangents as ad_resolve's one lane does, and the marks for the
+ * caller to read and clear (ad_reach_clear). */
 AD_HIDDEN void ad_resolve_reached(ad_tape *t, double *adj, uint32_t top);
 
 /* The forward sweep, J v (tangent.c).  ad_tangent runs records first..top,
@@ -37,9 +47,16 @@ AD_HIDDEN void ad_resolve_reached(ad_tape *t, double *adj, uint32_t top);
  * the inputs with v and writes the outputs' tangents to jv. */
 AD_HIDDEN void ad_tangent(const ad_tape *t, double *tan, uint32_t top, size_t lanes);
 AD_HIDDEN ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv);
+/* ad_forward as one pass of the caller's own sweep, as ad_reverse_in:
+ * exact NULL, every record applied; else the exact sweep from the inputs
+ * flagged in exact[0..n), which flags the outputs reached in
+ * exact[n..n+m). */
+AD_HIDDEN ad_status ad_forward_in(ad_tape *t, size_t m, const double *v, double *jv,
+                                  unsigned char *exact);
 /* An exact forward sweep (seeded.h, ad_retry), one lane: only the records that depend on the
  * IDs marked (ad_marks) take tangents from their arguments, and only from
- * those that do; the others' tangents are 0.  Leaves the marks zero. */
+ * those that do; the others' tangents are 0.  Leaves the marks for the
+ * caller to read and clear (ad_reach_clear). */
 AD_HIDDEN void ad_tangent_reached(ad_tape *t, double *tan, uint32_t top);
 
 #endif

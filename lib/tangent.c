@@ -89,6 +89,9 @@ void ad_tangent_reached(ad_tape *t, double *tan, uint32_t top)
                 tan[id] += tan[id - k];
                 on |= ad_reached(ad_reach_bits(t), id - k);
             }
+        } else if (ad_block_of(t, w.hdr)->kind->jvp_exact) {
+            ad_block_forward_reached(t, w.hdr, id, tan);
+            continue;
         } else {
             on = block_reached(t, ad_block_of(t, w.hdr));
             if (on)
@@ -105,40 +108,63 @@ void ad_tangent_reached(ad_tape *t, double *tan, uint32_t top)
             ad_reach_mark(t, id);
     }
     ad_marks_of(t)->reach = NULL;
-    ad_reach_clear(t, top);
 }
 
 /* One pass of ad_forward (seeded.h, ad_pass). */
 static double forward_pass(ad_tape *t, const ad_retry *r, void *ctx)
 {
     const ad_seeds *c = ctx;
+    int exact = r->exact || c->flags;
     /* An exact pass starts from the inputs of nonzero weight, so that
-     * v = e_i gives column i of J. */
+     * v = e_i gives column i of J, or from those flagged. */
     for (size_t i = 0; i < c->n; i++) {
         t->adj[i + 1] = c->in[i] * r->scale;
-        if (r->exact && c->in[i] != 0.0)
+        if (exact && (c->flags ? c->flags[i] : c->in[i] != 0.0))
             ad_reach_mark(t, (uint32_t)(i + 1));
     }
-    if (r->exact)
+    if (exact)
         ad_tangent_reached(t, t->adj, c->hi);
     else
         ad_tangent(t, t->adj, c->hi, 1);
-    return ad_results_of(r, c->out, 1, t->adj, 1, t->outputs, c->m);
+    double sum = ad_results_of(r, c->out, 1, t->adj, 1, t->outputs, c->m);
+    if (exact) {
+        for (size_t j = 0; c->flags && j < c->m; j++) {
+            uint32_t id = t->outputs[j].id;
+            c->flags[c->n + j] = id && ad_reached(ad_reach_bits(t), id);
+        }
+        ad_reach_clear(t, c->hi);
+    }
+    return sum;
 }
 
-ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv)
+/* ad_forward, and ad_forward_in with can_exact 0 and its flags. */
+static ad_status forward(ad_tape *t, size_t m, const double *v, double *jv, int can_exact,
+                         unsigned char *flags)
 {
     if (t->traits & AD_TRAIT_NO_JVP)
         return AD_ENOTSUP;
     uint32_t hi = ad_outputs_top(t, m);
     ad_status s = ad_tape_borrow_adjoints(t, (size_t)hi + 1);  /* for the tangents */
+    if (s == AD_OK && flags)
+        s = ad_reach_reserve(t, hi);
     if (s != AD_OK)
         return s;
     t->adj[0] = 0.0;
-    ad_seeds c = {m, t->first - 1, v, jv, hi};
+    ad_seeds c = {m, t->first - 1, v, jv, hi, flags};
     double sum;
-    s = ad_seeded(t, hi, 1, forward_pass, &c, &sum);  /* seeded.h, "Scaled seeds" */
-    if (s == AD_OK && t->checks && sum - sum != 0.0)
-        return ad_check_forward(t, v, hi);  /* AD_CHECK_FINITE: which tangent overflowed */
+    s = ad_seeded(t, hi, can_exact ? AD_SEEDED_EXACT : 0, forward_pass, &c, &sum);  /* seeded.h, "Scaled seeds" */
+    /* AD_CHECK_FINITE: which tangent overflowed (as reverse() in resolve.c) */
+    if (s == AD_OK && t->checks && sum - sum != 0.0 && (can_exact || flags || sum == sum))
+        return ad_check_forward(t, v, hi);
     return s;
+}
+
+ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv)
+{
+    return forward(t, m, v, jv, 1, NULL);
+}
+
+ad_status ad_forward_in(ad_tape *t, size_t m, const double *v, double *jv, unsigned char *exact)
+{
+    return forward(t, m, v, jv, 0, exact);
 }

@@ -67,9 +67,11 @@ typedef struct ad_tenant {
 /* What a recording's blocks (block.h) make of it, for the drivers: a
  * block without a forward rule, without a second-order one, or without
  * partials for edge pushing, and rules the user wrote (ad_external),
- * which are swept unscaled (seeded.h). */
+ * which are swept unscaled (seeded.h); and a second partial outside the
+ * double range, recorded as NaN (second.c). */
 enum {
-    AD_TRAIT_NO_JVP = 1, AD_TRAIT_NO_SECOND = 2, AD_TRAIT_USER_RULES = 4, AD_TRAIT_NO_EDGES = 8
+    AD_TRAIT_NO_JVP = 1, AD_TRAIT_NO_SECOND = 2, AD_TRAIT_USER_RULES = 4, AD_TRAIT_NO_EDGES = 8,
+    AD_TRAIT_SECOND_RANGE = 16
 };
 
 typedef struct ad_tape {

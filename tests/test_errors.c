@@ -400,8 +400,10 @@ static void test_nesting_too_deep(void **state)
 
 static void test_strerror(void **state)
 {
-    static const ad_status all[] = {AD_OK, AD_EINVAL, AD_ENOMEM, AD_ERANGE,
-                                    AD_ENESTING, AD_EFOREIGN, AD_EBUSY};
+    static const ad_status all[] = {AD_OK,        AD_EINVAL,   AD_ENOMEM,
+                                    AD_ERANGE,    AD_ENESTING, AD_EFOREIGN,
+                                    AD_EBUSY,     AD_ENOTSUP,  AD_ENONFINITE,
+                                    AD_ESTRUCTURE, AD_EOVERFLOW};
     enum { COUNT = sizeof all / sizeof all[0] };
     (void)state;
     for (int i = 0; i < COUNT; i++) {

@@ -628,9 +628,7 @@ static void compare_drivers(prob *P, unsigned which, uint64_t seed)
         double *zero = dalloc(n);
         fill(zero, n, 0.0);
         fill(a[1], nx, 7.0);
-        long before = P->evals;
         assert_status(ad_linear_vjp(L[1], zero, a[1]), AD_OK);
-        assert_int_equal(P->evals, before);  /* skipped */
         for (size_t i = 0; i < nx; i++)
             assert_same(a[1][i], 0.0);
         free(zero);
@@ -970,7 +968,7 @@ static void test_revolve_counts(void **state)
 /* Later reverse sweeps over one recording: the first one after the
  * recording starts from the descent it left (F(l, S) - l + 1 advances and l
  * taped steps), the later ones repeat it (l - 1 more); forward sweeps take
- * l; a sweep whose cotangents are zero none.  All give the same numbers. */
+ * l.  All give the same numbers. */
 static void test_repeated_sweeps(void **state)
 {
     (void)state;
@@ -981,15 +979,13 @@ static void test_repeated_sweeps(void **state)
             size_t l = ls[i], S = snaps_used(l, ss[j]);
             long t = (long)F[l][S];
             prob *P = lv_new(l, ss[j], 4, ACT_BOTH);
-            double x[6], y[2], w[2] = {0.25, 1.5}, zero[2] = {0, 0}, v[6] = {1, 0, 0, 0.5, 0, 0};
+            double x[6], y[2], w[2] = {0.25, 1.5}, v[6] = {1, 0, 0, 0.5, 0, 0};
             double r1[6], r2[6], r3[6], jv[2], jv2[2];
             ad_linear *L;
             base_x(P, x);
             assert_status(ad_linearize(final_state, P, 6, x, 2, y, &L), AD_OK);
             assert_int_equal(P->evals, (long)l);
             P->evals = 0;
-            assert_status(ad_linear_vjp(L, zero, r1), AD_OK);
-            assert_int_equal(P->evals, 0);
             assert_status(ad_linear_vjp(L, w, r1), AD_OK);
             assert_int_equal(P->evals, t + 1);
             P->evals = 0;
@@ -1565,11 +1561,20 @@ static void test_sparse(void **state)
         assert_status(ad_sparse_jacobian(final_state, use(P, 1), nx, x, 100, y, &C), AD_OK);
         ad_test_sparse_force_hash(0);
         assert_csr_valid(&C, 100, nx);
-        assert_int_equal(C.nnz, 100 * nx);
+        /* the structure of the loop written out: what 7 steps of the
+         * stencil reach, where every entry of J is positive, and the
+         * params */
+        size_t nnz = 0;
         fill(dense, 100 * nx, 0.0);
         for (size_t r = 0; r < 100; r++)
             for (size_t k = C.row_ptr[r]; k < C.row_ptr[r + 1]; k++)
                 dense[r * nx + C.col[k]] = C.val[k];
+        for (size_t e = 0; e < 100 * nx; e++) {
+            nnz += J[e] != 0.0;
+            assert_true((J[e] != 0.0) == (dense[e] != 0.0));
+        }
+        assert_int_equal(C.nnz, nnz);
+        assert_true(nnz < 100 * nx / 4);
         assert_vec(W_SPARSE, dense, J, 100 * nx);
         ad_csr_free(&C);
     }

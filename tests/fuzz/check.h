@@ -20,6 +20,7 @@ typedef struct report {
     int nfail, nunknown;            /* failures, and those of no known class */
     failure f[FUZZ_KEEP];           /* the first failures, unknown ones first */
     long checked, range, unsure, second_skipped;
+    long overflow;                  /* AD_EOVERFLOW statuses, where the oracle allows them */
 } report;
 
 void check_program(const prog *p, report *r);

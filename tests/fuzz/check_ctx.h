@@ -12,6 +12,8 @@ struct check_ctx {
     pass fv, rw;         /* seeded with v, with w */
     int ext, ext_nojvp;
     int jac_forward;     /* ad_jacobian sweeps forward */
+    int over_first;      /* some first-order entry is outside a double sweep's range */
+    int allow_over;      /* the driver being checked may fail with AD_EOVERFLOW */
     report *r;
 };
 

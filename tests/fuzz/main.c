@@ -24,7 +24,7 @@ void shrink(prog *p, const char *driver, const char *kind);
 extern const char *shrink_class;
 
 typedef struct totals {
-    long programs, failing, unknown, checked, range, unsure, second;
+    long programs, failing, unknown, checked, range, unsure, second, overflow;
     long known[16];
 } totals;
 
@@ -86,6 +86,7 @@ static void one(uint64_t seed, totals *T, int verbose, int quiet)
     check_program(&p, &r);
     T->programs++;
     T->checked += r.checked, T->range += r.range, T->unsure += r.unsure, T->second += r.second_skipped;
+    T->overflow += r.overflow;
     T->failing += r.nfail > 0;
     T->unknown += r.nunknown > 0;
     int n = r.nfail < FUZZ_KEEP ? r.nfail : FUZZ_KEEP;
@@ -140,9 +141,10 @@ int main(int argc, char **argv)
     double dt = now() - t0;
     printf("fuzz: %ld programs (seeds %" PRIu64 "..) in %.1f s, %.0f/s; %ld entries checked, "
            "%ld outside a double sweep's range, %ld of order-dependent class, %ld second-order "
-           "entries not checked (non-finite or far out)\n",
+           "entries not checked (non-finite or far out); %ld calls AD_EOVERFLOW (allowed: an entry "
+           "out of range)\n",
            T.programs, seed, dt, (double)T.programs / (dt > 0 ? dt : 1), T.checked, T.range, T.unsure,
-           T.second);
+           T.second, T.overflow);
     for (int c = 0; c < known_count(); c++)
         if (T.known[c])
             printf("fuzz: known defect %s: %ld failures (%s)\n", known_name(c), T.known[c], known_why(c));

@@ -265,7 +265,7 @@ typedef struct result {
     double steal;       /* CPUs stolen by the hypervisor meanwhile */
     double wait_turn;   /* diagnostic: seconds per call spent in the library's */
     double wait_end;    /* condition waits: for a chunk's turn / for the helpers */
-    size_t term0_records; /* term 0's records as lib/sum.c counts them (+1) */
+    size_t term0_records; /* term 0's records as lib/drivers/sum.c counts them (+1) */
     double term0_ns;      /* the gradient of term 0 alone: bounds the sizing recording */
     double first_ns;      /* the warm-up call */
     ad_tape_stats stats;
@@ -390,7 +390,7 @@ static void *split_worker(void *arg)
     return NULL;
 }
 
-/* Chunks as lib/sum.c cuts them (docs/api.md, ad_gradient_sum "How"). */
+/* Chunks as lib/drivers/sum.c cuts them (docs/api.md, ad_gradient_sum "How"). */
 static size_t terms_per_chunk(size_t term0_records, size_t n, size_t budget, size_t nterms)
 {
     size_t fill = budget / sizeof(ad__record) / term0_records;

@@ -4,12 +4,13 @@
     docs/architecture.py --check LIB.a   exit 1 on an arrow that must not exist
     docs/architecture.py --dot LIB.a     the picture, in DOT (docs/architecture.svg)
 
-An arrow runs from a file to each file whose functions or data it uses, as
+A file's layer is the folder of lib/ it is in (LAYERS, lowest first).  An
+arrow runs from a file to each file whose functions or data it uses, as
 the static library's symbol tables say (nm), plus an arrow to each
-header-only module (walk.h, seeded.h's inline part) that it includes.  Every
-arrow must run to the same layer or a lower one, and no two files may reach
-each other; every file of lib/ must have a layer below, so that a new file
-is placed on purpose.
+header-only module (walk.h) that it includes.  Every arrow must run to the
+same layer or a lower one, and no two files may reach each other; every
+file of lib/ must be in a layer's folder, so that a new file is placed on
+purpose.
 """
 import collections
 import os
@@ -17,29 +18,45 @@ import re
 import subprocess
 import sys
 
-# Lowest first.  A file may use its own layer and those below.
+# Lowest first: lib/'s folders, each a layer.  A file may use its own
+# layer and those below; its layer is the folder it is in.
 LAYERS = [
-    ("kernel", "the tape's memory, the recording cursor's slow path, per-thread state",
-     ["alloc", "tape", "status", "version"]),
-    ("walker and seeds", "one walk over the records; scaled seeds and reach marks",
-     ["walk.h", "seeded"]),
-    ("recording modes", "hooks on the slow path: second partials, checks",
-     ["special", "second", "check"]),
-    ("recording rules", "operations with records of their own kind: n-ary, blocks",
-     ["reduce", "block", "external", "matrix"]),
-    ("sweeps", "reverse, forward and checked sweeps, written against the walker",
-     ["resolve", "tangent", "check_sweep"]),
-    ("drivers", "what the user calls: record, sweep, read out",
-     ["recording", "gradient", "linear", "hessian", "loop", "revolve", "sum", "sparse", "sparse_rows", "sparse_csr", "sparse_hessian",
-      "dump", "testing"]),
+    ("kernel", "the tape's memory, the recording cursor's slow path, per-thread state"),
+    ("walk", "one walk over the records; scaled seeds and reach marks"),
+    ("modes", "hooks on the slow path: second partials, checks"),
+    ("rules", "operations with records of their own kind: n-ary, blocks"),
+    ("sweeps", "every pass over a recording: reverse, forward, second order, edge pushing, the staged resolve, the checked sweeps"),
+    ("drivers", "what the user calls: record, sweep, read out"),
 ]
 HEADER_ONLY = ["walk.h"]
 
 LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib")
 
 
+def files():
+    """{module: folder} for every .c of lib/ and the header-only modules;
+    a file outside the layers' folders has folder None."""
+    found = {}
+    for folder, _, names in os.walk(LIB):
+        rel = os.path.relpath(folder, LIB)
+        for n in names:
+            if n.endswith(".c") or n in HEADER_ONLY:
+                key = n[:-2] if n.endswith(".c") else n
+                found[key] = rel if rel in dict(LAYERS) else None
+    return found
+
+
 def layer_of():
-    return {f: i for i, (_, _, files) in enumerate(LAYERS) for f in files}
+    index = {name: i for i, (name, _) in enumerate(LAYERS)}
+    return {f: index[d] for f, d in files().items() if d is not None}
+
+
+def sources():
+    """(module, path) of every .c of lib/."""
+    for folder, _, names in os.walk(LIB):
+        for n in names:
+            if n.endswith(".c"):
+                yield n[:-2], os.path.join(folder, n)
 
 
 def arrows(archive):
@@ -60,22 +77,20 @@ def arrows(archive):
         for s in syms:
             if s in defined and defined[s] != f:
                 edges[f].add(defined[s])
-    for name in os.listdir(LIB):
-        if not name.endswith(".c"):
-            continue
-        text = open(os.path.join(LIB, name)).read()
+    for name, path in sources():
+        text = open(path).read()
         for h in HEADER_ONLY:
             if '#include "%s"' % h in text:
-                edges[name[:-2]].add(h)
+                edges[name].add(h)
     return edges
 
 
 def check(edges):
     where, bad = layer_of(), []
-    files = sorted(n[:-2] for n in os.listdir(LIB) if n.endswith(".c")) + HEADER_ONLY
-    for f in files:
-        if f not in where:
-            bad.append("%s has no layer (docs/architecture.py, LAYERS)" % f)
+    for f, d in sorted(files().items()):
+        if d is None:
+            bad.append("%s is in no layer's folder (lib/%s)"
+                       % (f, "/, lib/".join(n for n, _ in LAYERS)))
     for f, tos in sorted(edges.items()):
         for t in sorted(tos):
             if f in where and t in where and where[t] > where[f]:
@@ -108,17 +123,19 @@ def dot(edges):
     print('  rankdir=TB; newrank=true; ranksep=0.5; nodesep=0.25;')
     print('  node [shape=box, style=filled, fillcolor=white, fontname="Helvetica", fontsize=10];')
     print('  edge [color="#555555", arrowsize=0.6];')
-    for i, (name, what, files) in reversed(list(enumerate(LAYERS))):
-        print('  subgraph cluster_%d { label="%s: %s"; labeljust=l; fontname="Helvetica";'
+    where = layer_of()
+    members = [sorted(f for f in where if where[f] == i) for i in range(len(LAYERS))]
+    for i, (name, what) in reversed(list(enumerate(LAYERS))):
+        print('  subgraph cluster_%d { label="lib/%s: %s"; labeljust=l; fontname="Helvetica";'
               ' fontsize=11; style=filled; color="#eeeeee";' % (i, name, what))
-        shown = [f for f in files if f not in UTILITIES]
+        shown = [f for f in members[i] if f not in UTILITIES]
         for f in shown:
             label = f if f.endswith(".h") else f + ".c"
             print('    "%s" [label="%s"];' % (f, label))
         print("    { rank=same; %s }" % " ".join('"%s";' % f for f in shown))
         print("  }")
     # the layers one above the other
-    tops = [[f for f in files if f not in UTILITIES][0] for _, _, files in LAYERS]
+    tops = [[f for f in m if f not in UTILITIES][0] for m in members]
     for hi, lo in zip(reversed(tops), list(reversed(tops))[1:]):
         print('  "%s" -> "%s" [style=invis, weight=10];' % (hi, lo))
     for f, tos in sorted(edges.items()):

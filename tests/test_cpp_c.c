@@ -6,7 +6,7 @@
 
 #include "test_cpp_c.h"
 #include "ops_list.h"
-#include "../lib/testing.h"
+#include "../lib/drivers/testing.h"
 
 /* ---- one operation per objective ---- */
 

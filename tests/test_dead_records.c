@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "../lib/testing.h"
+#include "../lib/drivers/testing.h"
 
 static uint64_t sweeps(void)
 {

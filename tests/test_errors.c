@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "../lib/testing.h"
+#include "../lib/drivers/testing.h"
 
 /* f(x) = sum_i x_i^2 + `extra` more records (multiplications by 1), with a
  * count of the calls.  Gradient 2x. */

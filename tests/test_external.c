@@ -24,7 +24,7 @@
 
 #include "check.h"
 #include "workers.h"
-#include "../lib/testing.h"
+#include "../lib/drivers/testing.h"
 
 /* ======================================================================
  * The maps and their rules

@@ -44,7 +44,7 @@
 #include "workers.h"
 #include "ops_list.h"
 #include "ops_table.h"
-#include "../lib/testing.h"
+#include "../lib/drivers/testing.h"
 
 #define RTOL 1e-8
 #define POINTS 100         /* random points per operation and form */

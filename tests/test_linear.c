@@ -23,7 +23,7 @@
 #include "check.h"
 #include "ops_list.h"
 #include "ops_table.h"
-#include "../lib/testing.h"
+#include "../lib/drivers/testing.h"
 
 /* ======================================================================
  * "mixed": a family of functions R^n -> R^m with Jacobians in closed form.

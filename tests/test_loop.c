@@ -60,7 +60,7 @@
 
 #include "check.h"
 #include "workers.h"
-#include "../lib/testing.h"
+#include "../lib/drivers/testing.h"
 
 #define MAXN 1000
 #define MAXP 4

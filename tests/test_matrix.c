@@ -29,7 +29,7 @@
 
 #include "check.h"
 #include "workers.h"
-#include "../lib/testing.h"
+#include "../lib/drivers/testing.h"
 
 /* Checks inside objectives: a failed cmocka assertion there would jump
  * out of the recording and leave the thread's tapes busy for the tests

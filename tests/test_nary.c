@@ -5,7 +5,7 @@
  * The sample values are small dyadic numbers and the expected values are
  * summed in the same order as the library sums them, so checks are exact. */
 #include "check.h"
-#include "../lib/testing.h"
+#include "../lib/drivers/testing.h"
 
 #define CHUNK 65536L
 #define MAX_N 200000

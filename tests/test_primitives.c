@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "../lib/testing.h"
+#include "../lib/drivers/testing.h"
 
 #define CHUNK 65536L
 #define BIG_N (2 * 65536 + 3)  /* prod and logsumexp runs longer than a chunk */

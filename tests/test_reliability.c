@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "../lib/testing.h"
+#include "../lib/drivers/testing.h"
 
 /* ---- helpers ---- */
 

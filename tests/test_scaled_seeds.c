@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "../lib/testing.h"
+#include "../lib/drivers/testing.h"
 
 #define DEEP 9e-20
 #define STEEP 1e260

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "../lib/testing.h"
+#include "../lib/drivers/testing.h"
 
 static void assert_all_nan_n(const double *p, size_t n)
 {

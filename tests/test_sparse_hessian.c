@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "../lib/testing.h"
+#include "../lib/drivers/testing.h"
 
 /* A junk CSR, as a caller's uninitialised one: a failed call empties it. */
 static void junk(ad_csr *H)

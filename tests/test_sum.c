@@ -55,7 +55,7 @@
 
 #include "check.h"
 #include "workers.h"
-#include "../lib/testing.h"
+#include "../lib/drivers/testing.h"
 
 #define RTOL 1e-13
 #define SMALL_BUDGET ((size_t)4096) /* 170 records a chunk: many chunks */

@@ -7,7 +7,7 @@
 #define DUALREV_SPARSE_CELL_H
 
 #include "pair.h"
-#include "sparse.h"
+#include "sparse_rows.h"
 
 /* Where the group reached an ID: its cotangents and lanes (v NULL if none). */
 typedef struct cell {

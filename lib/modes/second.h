@@ -9,7 +9,7 @@
 
 /* Second partials of a record: d2/da2, d2/dadb, d2/db2, zero for a
  * constant argument.  An n-ary record's slots keep what its kind needs
- * (reduce.c, hessian.c). */
+ * (reduce.c, second_order.c). */
 typedef struct ad_aux {
     double aa, ab, bb;
 } ad_aux;

@@ -36,8 +36,8 @@
 
 #include "recording.h"
 #include "sparse.h"
+#include "sparse_rows.h"
 #include "status.h"
-#include "testing.h"
 
 static _Thread_local int force_hash;
 

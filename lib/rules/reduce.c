@@ -43,7 +43,7 @@ static double *scratch(ad_tape *t, size_t n)
 /* One n-ary record of x's active elements with partials w.  In a
  * second-order recording each slot's aux keeps its arguments' values, and
  * the header's the product of the constants', for ad_prod's second
- * partials (hessian.c).  v: the result's value. */
+ * partials (second_order.c).  v: the result's value. */
 static uint32_t record(ad_tape *t, size_t n, const ad_real *x, const double *w, int kind,
                        double v)
 {
@@ -71,7 +71,7 @@ static uint32_t record(ad_tape *t, size_t n, const ad_real *x, const double *w, 
     uint32_t id = ad__slots_end(s, kind, v);
     if (!id || !ad_tape_side(t, &ad_second_mode))
         return id;
-    /* hessian.c's prod_run keeps two numbers per argument in the work array. */
+    /* second_order.c's prod_run keeps two numbers per argument in the work array. */
     if (!ad_block_reserve(t, 4 * (size_t)ad_tape_record(t, id)->a))
         return 0;
     /* The first slot holds an active element, so none was written over:

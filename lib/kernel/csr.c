@@ -10,7 +10,7 @@
  * they end more than a quarter too large. */
 #include <string.h>
 
-#include "sparse.h"
+#include "csr.h"
 
 /* The arrays of the last Jacobian freed on this thread, for the next one
  * built here: rows + 1 and nnz entries. */

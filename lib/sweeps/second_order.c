@@ -1,8 +1,9 @@
-/* dualrev: Hessian-vector products and Hessians, forward over reverse.
+/* dualrev: the second-order sweep, forward over reverse (the sweeps of
+ * ad_hvp, ad_hessian and a checkpointed loop's second-order rule).
  *
  * H v is the derivative of the gradient in the direction v.  The objective
  * is recorded once in second-order mode, where each record also keeps its
- * second partials (second.c, the mode's hook).  A forward sweep gives every value's
+ * second partials (modes/second.c, the mode's hook).  A forward sweep gives every value's
  * tangent t = d(value)/d(eps) along x + eps v (tangent.c); then one
  * reverse sweep carries, beside each cotangent z, its tangent z':
  *
@@ -16,11 +17,9 @@
 #include <string.h>
 
 #include "block.h"
-#include "hessian.h"
-#include "recording.h"
 #include "second.h"
+#include "second_order.h"
 #include "seeded.h"
-#include "status.h"
 #include "sweep.h"
 #include "walk.h"
 
@@ -337,14 +336,6 @@ static ad_status room(ad_tape *t, size_t m, size_t L, uint32_t *top)
     return s;
 }
 
-/* Record f in second-order mode and make room for the sweeps. */
-static ad_status prepare(ad_tape *t, ad_objective f, void *ctx, size_t n, const double *x,
-                         size_t L, uint32_t *top)
-{
-    ad_status s = ad_record_objective(t, f, ctx, n, x, 1);
-    return s == AD_OK ? room(t, 1, L, top) : s;
-}
-
 /* The seeds and results of ad_hvp (v, hv), of ad_second_vjp (v, the
  * outputs' seeds o; grad and hv the inputs' cotangents and their
  * tangents) or of a block of ad_hessian (directions e_j0 .. e_j0+B-1, L
@@ -385,59 +376,30 @@ static double hessian_pass(ad_tape *t, const ad_retry *r, void *ctx)
     return sum;
 }
 
-ad_status ad_hvp(ad_objective f, void *ctx, size_t n, const double *x, const double *v,
-                 double *fx, double *grad, double *hv)
+
+ad_status ad_second_hvp(ad_tape *t, size_t n, const double *v, double *grad, double *hv)
 {
-    ad_status s = AD_EINVAL;
-    ad_tape *t = ad_thread_tape();
-    uint32_t top = 0;
-    if (!f || !fx || (n && (!x || !v || !grad || !hv)))
-        goto fail;
-    s = prepare(t, f, ctx, n, x, 1, &top);
+    uint32_t top;
+    ad_status s = room(t, 1, 1, &top);
     if (s != AD_OK)
-        goto fail;
+        return s;
     second_seeds c = {.n = n, .v = v, .o = &objective, .grad = grad, .hv = hv, .top = top};
-    s = ad_seeded(t, top, AD_SEEDED_EXACT, hvp_pass, &c, NULL);
-    if (s != AD_OK)
-        goto fail;
-    ad_read_outputs(t, 1, fx);
-    return AD_OK;
-fail:
-    ad_fill_nan(fx, 1);
-    ad_fill_nan(grad, n);
-    ad_fill_nan(hv, n);
-    return s;
+    return ad_seeded(t, top, AD_SEEDED_EXACT, hvp_pass, &c, NULL);
 }
 
 /* Columns of H, AD_LANES at a time: directions e_j0 .. e_j0+B-1.  H is
  * not symmetrised: its symmetry is a check on the sweep. */
-ad_status ad_hessian(ad_objective f, void *ctx, size_t n, const double *x, double *fx,
-                     double *grad, double *hess)
+ad_status ad_second_columns(ad_tape *t, size_t n, double *grad, double *hess)
 {
-    ad_status s = AD_EINVAL;
-    ad_tape *t = ad_thread_tape();
-    uint32_t top = 0;
     size_t L = n == 1 ? 1 : AD_LANES;
-    if (!f || !fx || (n && (!x || !grad || !hess)) || (n && n > SIZE_MAX / n))
-        goto fail;
-    s = prepare(t, f, ctx, n, x, L, &top);
-    if (s != AD_OK)
-        goto fail;
-    for (size_t j0 = 0; j0 < n; j0 += L) {
+    uint32_t top;
+    ad_status s = room(t, 1, L, &top);
+    for (size_t j0 = 0; j0 < n && s == AD_OK; j0 += L) {
         size_t B = n - j0 < L ? n - j0 : L;
         second_seeds c = {.n = n, .j0 = j0, .B = B, .L = L, .o = &objective, .grad = grad,
                           .hess = hess, .top = top};
         s = ad_seeded(t, top, AD_SEEDED_EXACT, hessian_pass, &c, NULL);
-        if (s != AD_OK)
-            goto fail;
     }
-    ad_read_outputs(t, 1, fx);
-    return AD_OK;
-fail:
-    ad_fill_nan(fx, 1);
-    ad_fill_nan(grad, n);
-    if (hess && n && n <= SIZE_MAX / n)
-        ad_fill_nan(hess, n * n);
     return s;
 }
 

@@ -14,7 +14,7 @@
 
 #include "block.h"
 #include "check.h"
-#include "hessian.h"
+#include "second_order.h"
 #include "recording.h"
 #include "revolve.h"
 #include "second.h"

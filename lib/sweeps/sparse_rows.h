@@ -1,16 +1,14 @@
-/* dualrev internal: what the sparse Jacobian's files hand each other.
- *
- *   sparse.c         the entry point: records, chooses the store, builds J
- *   sparse_rows.c    the staged resolve of the rows, written into J
- *   sparse_csr.c     J's arrays: room, trimming, the thread's spare ones
- * and, included by sparse_rows.c alone so that the kernel can inline them
- * with constant lane counts and store:
+/* dualrev internal: the staged resolve of a sparse Jacobian's rows
+ * (sparse_rows.c), for its driver (drivers/sparse.c), which records,
+ * chooses the store and builds J.  Included by sparse_rows.c alone, so
+ * that the sweep can inline them with constant lane counts and store:
  *   sparse_cell.h    one ID's cotangents, a lane per row of the group
  *   sparse_pending.h the store of pending IDs: dense, or a uthash map
  *   sparse_window.h  the window of IDs just below a group's outputs */
-#ifndef DUALREV_SPARSE_H
-#define DUALREV_SPARSE_H
+#ifndef DUALREV_SPARSE_ROWS_H
+#define DUALREV_SPARSE_ROWS_H
 
+#include "csr.h"
 #include "tape.h"
 
 /* Rows in a group, one lane each.  Two, because wider groups did worse on
@@ -35,31 +33,6 @@ typedef struct ad_sparse_dense {
     uint64_t *bits, *summary; /* zero, and left zero */
     uint32_t epoch;           /* the last group's number; the call's last on return */
 } ad_sparse_dense;
-
-/* ---- sparse_csr.c: the CSR being built ---- */
-
-typedef struct ad_csr_out {
-    ad_csr *J;
-    size_t cap;  /* entries' room in J->col and J->val */
-} ad_csr_out;
-
-/* J's row pointers for m rows and room for `want` entries, from the
- * thread's spare arrays where they are large enough; 0 without memory. */
-AD_HIDDEN int ad_csr_start(ad_csr_out *o, size_t m, size_t want);
-
-/* Room for `need` entries in J->col and J->val; 0 without memory. */
-AD_HIDDEN int ad_csr_grow(ad_csr_out *o, size_t need);
-
-/* The same, inline: each group asks, and there usually is room. */
-AD_INLINE int ad_csr_room(ad_csr_out *o, size_t need)
-{
-    return need <= o->cap || ad_csr_grow(o, need);
-}
-
-/* J->col and J->val cut to J->nnz entries; 0 without memory. */
-AD_HIDDEN int ad_csr_trim(ad_csr_out *o);
-
-/* ---- sparse_rows.c: the staged resolve ---- */
 
 /* Rows 0..J->rows of the tape's outputs into o, columns the n inputs, with
  * the dense store d (hashed if d->tag is NULL or the dense store's own

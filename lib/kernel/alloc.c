@@ -8,7 +8,6 @@
 #endif
 
 #include "alloc.h"
-#include "testing.h"
 
 static _Thread_local long fail_countdown = -1;
 

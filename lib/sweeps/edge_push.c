@@ -1,4 +1,5 @@
-/* dualrev: sparse Hessians by edge pushing (Gower and Mello 2012).
+/* dualrev: edge pushing (Gower and Mello 2012), the sweep of
+ * ad_sparse_hessian.
  *
  * One second-order recording, then one reverse sweep that carries, beside
  * each cotangent, the symmetric weights W of the nonlinear interactions
@@ -26,11 +27,10 @@
 #include <string.h>
 
 #include "block.h"
-#include "recording.h"
+#include "csr.h"
+#include "edge_push.h"
 #include "second.h"
 #include "seeded.h"
-#include "sparse.h"
-#include "status.h"
 #include "walk.h"
 
 /* One entry of a row: W_{row, col} += w.  Indices into the pool; 0 ends a
@@ -556,23 +556,6 @@ static ad_status assemble(pairs *ps, size_t n, ad_csr *H, double u, double *sum)
     return o.cap - H->nnz > H->nnz / 4 && !ad_csr_trim(&o) ? AD_ENOMEM : AD_OK;
 }
 
-/* Whether H is a lower triangle of n rows with columns ascending (the
- * structure ad_sparse_hessian_values writes into). */
-static int lower_triangle(const ad_csr *H, size_t n)
-{
-    if (H->rows != n || H->cols != n || !H->row_ptr || H->row_ptr[0] != 0 ||
-        H->row_ptr[n] != H->nnz || (H->nnz && (!H->col || !H->val)))
-        return 0;
-    for (size_t r = 0; r < n; r++) {
-        if (H->row_ptr[r] > H->row_ptr[r + 1] || H->row_ptr[r + 1] > H->nnz)
-            return 0;
-        for (size_t k = H->row_ptr[r]; k < H->row_ptr[r + 1]; k++)
-            if (H->col[k] > r || (k > H->row_ptr[r] && H->col[k] <= H->col[k - 1]))
-                return 0;
-    }
-    return 1;
-}
-
 /* Where column c is in H's row r, or SIZE_MAX. */
 static size_t find(const ad_csr *H, size_t r, size_t c)
 {
@@ -645,10 +628,10 @@ static double one_pass(ad_tape *t, const ad_retry *r, void *ctx)
     return sum + ad_results(r, c->grad, 1, t->adj + 1, 1, c->n);
 }
 
-/* The sweep on the recording t through ad_seeded, as every sweep is
- * (seeded.h, "Scaled seeds"): it is exact already (a record takes part
- * once its cotangent is reached), so only the unscaled rerun is left. */
-static ad_status hessian(ad_tape *t, size_t n, double *grad, ad_csr *H, int fixed)
+/* Through ad_seeded, as every sweep is (seeded.h, "Scaled seeds"): it is
+ * exact already (a record takes part once its cotangent is reached), so
+ * only the unscaled rerun is left. */
+ad_status ad_edge_push(ad_tape *t, size_t n, double *grad, ad_csr *H, int fixed)
 {
     if (t->traits & AD_TRAIT_NO_EDGES)  /* an external function's block */
         return AD_ENOTSUP;
@@ -664,47 +647,3 @@ static ad_status hessian(ad_tape *t, size_t n, double *grad, ad_csr *H, int fixe
     return c.status != AD_OK ? c.status : s;
 }
 
-/* f recorded at x, its Hessian into H (fixed: into H's structure), *fx. */
-static ad_status record_and_sweep(ad_objective f, void *ctx, size_t n, const double *x,
-                                  double *fx, double *grad, ad_csr *H, int fixed)
-{
-    ad_tape *t = ad_thread_tape();
-    ad_status s = ad_record_objective(t, f, ctx, n, x, 1);
-    if (s == AD_OK)
-        s = hessian(t, n, grad, H, fixed);
-    if (s == AD_OK)
-        ad_read_outputs(t, 1, fx);
-    return s;
-}
-
-ad_status ad_sparse_hessian(ad_objective f, void *ctx, size_t n, const double *x, double *fx,
-                            double *grad, ad_csr *H)
-{
-    ad_status s = AD_EINVAL;
-    if (H)
-        memset(H, 0, sizeof *H);
-    if (f && fx && H && (!n || (x && grad)))
-        s = record_and_sweep(f, ctx, n, x, fx, grad, H, 0);
-    if (s == AD_OK)
-        return AD_OK;
-    ad_csr_free(H);
-    ad_fill_nan(fx, 1);
-    ad_fill_nan(grad, n);
-    return s;
-}
-
-ad_status ad_sparse_hessian_values(ad_objective f, void *ctx, size_t n, const double *x,
-                                   double *fx, double *grad, ad_csr *H)
-{
-    ad_status s = AD_EINVAL;
-    int valid = H && lower_triangle(H, n);
-    if (f && fx && valid && (!n || (x && grad)))
-        s = record_and_sweep(f, ctx, n, x, fx, grad, H, 1);
-    if (s == AD_OK)
-        return AD_OK;
-    if (valid)
-        ad_fill_nan(H->val, H->nnz);
-    ad_fill_nan(fx, 1);
-    ad_fill_nan(grad, n);
-    return s;
-}

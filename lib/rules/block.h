@@ -33,7 +33,7 @@ typedef struct ad_block_kind {
                     size_t lane);
     void (*forward)(const ad_tape *t, const ad_block *b, uint32_t hid, double *tan, size_t L,
                     size_t lane);
-    /* Optional: the second-order reverse sweep (hessian.c), lane `lane` of
+    /* Optional: the second-order reverse sweep (second_order.c), lane `lane` of
      * the tangents tan and the cotangents' tangents adjd; adj, the
      * cotangents, has one lane and is updated when `first` is set.  A
      * block without it makes ad_hvp and ad_hessian return AD_ENOTSUP. */

@@ -9,6 +9,10 @@
 #include "dualrev.h"
 
 AD_HIDDEN void *ad_alloc(size_t bytes);
+
+/* For the tests: the next `after` allocations on this thread succeed, the
+ * following ones fail; negative disarms. */
+AD_HIDDEN void ad_test_fail_alloc_after(long after);
 AD_HIDDEN void ad_free(void *p);
 
 /* Room for `need` elements of `elem` bytes in *buf (*cap of them now),

@@ -7,7 +7,7 @@
 A file's layer is the folder of lib/ it is in (LAYERS, lowest first).  An
 arrow runs from a file to each file whose functions or data it uses, as
 the static library's symbol tables say (nm), plus an arrow to each
-header-only module (walk.h) that it includes.  Every arrow must run to the
+header-only module (walk.h, nary_kinds.h) that it includes.  Every arrow must run to the
 same layer or a lower one, and no two files may reach each other; every
 file of lib/ must be in a layer's folder, so that a new file is placed on
 purpose.
@@ -28,7 +28,7 @@ LAYERS = [
     ("sweeps", "every pass over a recording: reverse, forward, second order, edge pushing, the staged resolve, the checked sweeps"),
     ("drivers", "what the user calls: record, sweep, read out"),
 ]
-HEADER_ONLY = ["walk.h"]
+HEADER_ONLY = ["walk.h", "nary_kinds.h"]
 
 LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib")
 

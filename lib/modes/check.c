@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "nary_kinds.h"
 
 static const char *const names[AD__OP_COUNT] = {
     [AD__OP_LINEAR] = "linear", [AD__OP_ADD] = "add", [AD__OP_SUB] = "sub",
@@ -27,16 +28,6 @@ static const char *const names[AD__OP_COUNT] = {
     [AD__OP_ACOSH] = "acosh", [AD__OP_ATANH] = "atanh", [AD__OP_ERF] = "erf",
     [AD__OP_ERFC] = "erfc", [AD__OP_LGAMMA] = "lgamma", [AD__OP_TGAMMA] = "tgamma",
 };
-
-/* An n-ary record's name, from its kind (record.h): the linear kind is
- * ad_sum, ad_dot_rd and ad_matvec alike. */
-const char *ad_nary_name(double kind)
-{
-    static const char *const names[] = {"ad_sum/ad_dot_rd", "ad_dot", "ad_sqnorm", "ad_prod",
-                                        "ad_logsumexp"};
-    int k = (int)kind;
-    return k >= 0 && k < (int)(sizeof names / sizeof *names) ? names[k] : "n-ary";
-}
 
 const char *ad_op_label(int op)
 {
@@ -146,7 +137,7 @@ static int check(ad_tape *t, ad_info *info, uint32_t id, uint32_t a, double wa, 
     const char *name = ad_op_label(op);
     if (op == AD__OP_NARY) {
         /* the run is below, written already; the header's a is its length */
-        name = ad_nary_name(wa);
+        name = ad_nary_kind_of(wa)->name;
         bad = run_finite(t, id, a) && (!isfinite(v) || !run_partials_finite(t, id, a));
     } else {
         /* y is b's value, or a one-argument operation's constant */

@@ -27,10 +27,9 @@ AD_HIDDEN int ad_check_block(ad_tape *t, const char *name, size_t n, const doubl
 AD_HIDDEN const ad_info *ad_tape_info(const ad_tape *t, uint32_t id);
 /* A value by ID: an input's, or a checked recording's record's (NaN if unknown). */
 AD_HIDDEN double ad_tape_value(const ad_tape *t, uint32_t id);
-/* An operation's name (record.h's AD__OP_*), or NULL; an n-ary record's
- * name from its kind (record.h, AD__NARY_*). */
+/* An operation's name (record.h's AD__OP_*), or NULL (an n-ary record's
+ * is its kind's: walk/nary_kinds.h). */
 AD_HIDDEN const char *ad_op_label(int op);
-AD_HIDDEN const char *ad_nary_name(double kind);
 /* A fault at record id, what is not known of it NaN; f kept as the
  * thread's last (ad_last_fault). */
 AD_HIDDEN ad_fault ad_fault_at(uint32_t id, const char *op, const char *label, ad_phase phase);

@@ -7,13 +7,14 @@
 
 #include "block.h"
 #include "check.h"
+#include "nary_kinds.h"
 #include "walk.h"
 
 const char *ad_op_name(const ad_tape *t, uint32_t id)
 {
     const ad__record *r = ad_tape_record(t, id);
     if (r->b == AD__NARY)
-        return ad_nary_name(r->wa);
+        return ad_nary_kind_of(r->wa)->name;
     if (r->b == AD__BLOCK)
         return ad_block_of(t, r)->kind->name;
     const ad_info *i = ad_tape_info(t, id);

@@ -29,6 +29,7 @@
 #include "block.h"
 #include "csr.h"
 #include "edge_push.h"
+#include "nary_kinds.h"
 #include "second.h"
 #include "seeded.h"
 #include "walk.h"
@@ -312,29 +313,29 @@ static double prod_but(const double *x, size_t k, size_t j, size_t l, double c)
     return c;
 }
 
-/* The second partials of an n-ary kind, weighted by z (hessian.c has the
- * same rules as tangents). */
-static void create_nary(pairs *ps, const ad_tape *t, uint32_t hid, uint32_t count, int kind,
-                        double z, size_t k)
+/* The second partials of an n-ary kind (nary_kinds.h), weighted by z
+ * (second_order.c has the same rules as tangents). */
+static void create_nary(pairs *ps, const ad_tape *t, uint32_t hid, uint32_t count,
+                        const ad_nary_kind *kind, double z, size_t k)
 {
     const uint32_t *arg = ps->arg;
     const double *g = ps->g;
-    if (kind == AD__NARY_DOT) {  /* 1 between the two arguments of a slot */
+    if (kind->second == AD_NARY_PAIRS) {  /* between the two arguments of a slot */
         for (uint32_t s = hid - count; s < hid; s++) {
             const ad__record *r = ad_tape_record(t, s);
             if (r->a && r->b)
-                add_both(ps, r->a, r->b, z);
+                add_both(ps, r->a, r->b, kind->h * z);
         }
-    } else if (kind == AD__NARY_SQNORM) {
+    } else if (kind->second == AD_NARY_SQUARES) {
         for (size_t j = 0; j < k; j++)
-            add(ps, arg[j], arg[j], 2.0 * z);
-    } else if (kind == AD__NARY_LSE) {  /* softmax s = g: diag(s) - s s^T */
+            add(ps, arg[j], arg[j], kind->h * z);
+    } else if (kind->second == AD_NARY_SOFTMAX) {  /* s = g: diag(s) - s s^T */
         for (size_t j = 0; j < k; j++) {
             add(ps, arg[j], arg[j], z * g[j] * (1.0 - g[j]));
             for (size_t l = j + 1; l < k; l++)
                 add_both(ps, arg[j], arg[l], -z * g[j] * g[l]);
         }
-    } else if (kind == AD__NARY_PROD) {  /* C times the product of the others */
+    } else if (kind->second == AD_NARY_PRODUCT) {
         double c = ad_tape_aux(t, hid)->aa;
         for (size_t j = 0; j < k; j++)
             for (size_t l = j + 1; l < k; l++)
@@ -350,7 +351,7 @@ static void nary(pairs *ps, const ad_tape *t, double *adj, uint32_t hid, const a
     if (ps->status != AD_OK)
         return;
     push(ps, hid, take_row(ps, hid), ps->arg, ps->g, k);
-    create_nary(ps, t, hid, count, (int)hdr->wa, z, k);
+    create_nary(ps, t, hid, count, ad_nary_kind_of(hdr->wa), z, k);
     pass(ps, adj, z, ps->arg, ps->g, k);
 }
 

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "block.h"
+#include "nary_kinds.h"
 #include "second.h"
 #include "second_order.h"
 #include "seeded.h"
@@ -181,20 +182,20 @@ static uint32_t nary(const ad_tape *t, const ad__record *r, uint32_t id, const d
                      double *adj, double *adjd, double z, const double *zd, size_t L)
 {
     uint32_t count = r->a;
-    int kind = (int)r->wa;
-    if (kind == AD__NARY_LSE) {
+    const ad_nary_kind *kind = ad_nary_kind_of(r->wa);
+    if (kind->second == AD_NARY_SOFTMAX) {
         lse_run(t, id, count, tan, adj, adjd, z, zd, L);
         return count;
     }
-    if (kind == AD__NARY_PROD) {
+    if (kind->second == AD_NARY_PRODUCT) {
         prod_run(t, id, count, tan, adj, adjd, z, zd, L);
         return count;
     }
     ad_aux h = {0.0, 0.0, 0.0};
-    if (kind == AD__NARY_DOT)
-        h.ab = 1.0;
-    else if (kind == AD__NARY_SQNORM)
-        h.aa = h.bb = 2.0;
+    if (kind->second == AD_NARY_PAIRS)
+        h.ab = kind->h;
+    else if (kind->second == AD_NARY_SQUARES)
+        h.aa = h.bb = kind->h;
     for (uint32_t k = 1; k <= count; k++) {
         const ad__record *s = ad_tape_record(t, id - k);
         ad_aux hs = h;

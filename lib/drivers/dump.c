@@ -120,7 +120,7 @@ static void dot_nary(FILE *out, const ad_tape *t, uint32_t id, uint32_t count)
 /* A block and its outputs, each drawn from the block. */
 static void dot_block(FILE *out, const ad_tape *t, const ad__record *r, uint32_t id)
 {
-    const ad_block *b = ad_block_of(t, r);
+    ad_block *b = ad_block_of(t, r);
     const uint32_t *ids = ad_block_ids(b);
     dot_node(out, t, id, "box3d");
     for (uint32_t k = 0; k < b->nargs; k++)

@@ -6,6 +6,7 @@
  * applies its transpose. */
 #include <string.h>
 
+#include "block.h"
 #include "pair.h"
 #include "recording.h"
 #include "seeded.h"
@@ -209,7 +210,7 @@ ad_status ad_jacobian(ad_function f, void *ctx, size_t n, const double *x, size_
         goto fail;
     /* Recorded once; then whichever of n forward or m reverse sweeps is
      * fewer, unless an external function has no forward rule. */
-    if (n <= m && !(t->traits & AD_TRAIT_NO_JVP))
+    if (n <= m && !(t->traits & AD_BLOCK_NO_JVP))
         s = jacobian_by_columns(t, n, m, hi, jac);
     else
         s = jacobian_by_rows(t, n, m, hi, jac);

@@ -32,22 +32,22 @@ typedef struct loop {
      * state before the last step), snap[snaps * width]; uint32_t ids[n + np] */
 } loop;
 
-static double *lp_x(const loop *lp)
+static double *lp_x(loop *lp)
 {
-    return (double *)(uintptr_t)(const void *)(lp + 1);
+    return (double *)(void *)(lp + 1);
 }
 
-static double *lp_y(const loop *lp)
+static double *lp_y(loop *lp)
 {
     return lp_x(lp) + lp->n + lp->np;
 }
 
-static double *lp_last(const loop *lp)
+static double *lp_last(loop *lp)
 {
     return lp_y(lp) + lp->n;
 }
 
-static double *lp_snap(const loop *lp, size_t k)
+static double *lp_snap(loop *lp, size_t k)
 {
     return lp_last(lp) + lp->n + k * lp->width;
 }
@@ -82,7 +82,7 @@ static loop_stats *stats_of(ad_tape *t)
 /* ---- one replay: a rule's run of steps ---- */
 
 typedef struct replay {
-    const loop *lp;
+    loop *lp;
     const ad_tape *owner;  /* the tape whose block it is */
     int second;            /* states carry tangents (width 2n) */
     double *reg;           /* the current state (and its tangent) */
@@ -105,7 +105,7 @@ static void replay_free(replay *rp)
     ad_free(rp->sreach);
 }
 
-static ad_status replay_start(replay *rp, const ad_tape *owner, const loop *lp, int second)
+static ad_status replay_start(replay *rp, const ad_tape *owner, loop *lp, int second)
 {
     size_t n = lp->n, nx = lp->n + lp->np;
     memset(rp, 0, sizeof *rp);
@@ -150,7 +150,7 @@ static ad_status replay_start(replay *rp, const ad_tape *owner, const loop *lp, 
  * is active, and the thread's next tape keeps its last recording. */
 static ad_status run_plain(replay *rp, size_t k0, size_t k1, int guard)
 {
-    const loop *lp = rp->lp;
+    loop *lp = rp->lp;
     size_t n = lp->n;
     ad_thread *th = ad_thread_self();
     ad_tape *g = guard ? ad_thread_tape() : NULL;
@@ -159,8 +159,11 @@ static ad_status run_plain(replay *rp, size_t k0, size_t k1, int guard)
     ad_status s = g ? ad_tape_begin(g, th, 0, NULL, 0) : AD_OK;
     if (s != AD_OK)
         return s;
+    if (g)
+        ad_checks_begin(g, th->depth);
     ad__cursor *outer = ad__active;
-    const char *label = th->label;  /* a label a step sets ends with it */
+    ad_checks *ck = ad_checks_of_thread();
+    const char *label = ck->label;  /* a label a step sets ends with it */
     if (g)
         ad__active = &g->cursor;
     th->depth++;
@@ -179,12 +182,12 @@ static ad_status run_plain(replay *rp, size_t k0, size_t k1, int guard)
     }
     th->depth--;
     ad__active = outer;
-    th->label = label;
+    ck->label = label;
     return s;
 }
 
 typedef struct step_call {
-    const loop *lp;
+    loop *lp;
     size_t k;
 } step_call;
 
@@ -199,7 +202,7 @@ static void step_function(const ad_real *x, size_t nx, ad_real *y, size_t m, voi
  * reg and the params; the tape, or NULL with *s set. */
 static ad_tape *record_step(replay *rp, size_t k, int second, ad_status *s)
 {
-    const loop *lp = rp->lp;
+    loop *lp = rp->lp;
     ad_tape *T = ad_thread_tape();
     memcpy(rp->vals, rp->reg, lp->n * sizeof *rp->vals);
     step_call c = {lp, k};
@@ -257,7 +260,7 @@ static ad_status advance(replay *rp, size_t k0, size_t k1)
  * ad_reverse_in): the loop's own sweep is one pass of its caller's. */
 static ad_status tape_step(replay *rp, size_t k)
 {
-    const loop *lp = rp->lp;
+    loop *lp = rp->lp;
     size_t n = lp->n, np = lp->np;
     ad_status s;
     ad_tape *T = record_step(rp, k, rp->second, &s);
@@ -282,13 +285,13 @@ static ad_status tape_step(replay *rp, size_t k)
 
 static void load(replay *rp, size_t slot)
 {
-    const loop *lp = rp->lp;
+    loop *lp = rp->lp;
     memcpy(rp->reg, lp_snap(lp, slot), lp->width * sizeof *rp->reg);
 }
 
 static void store(replay *rp, size_t slot)
 {
-    const loop *lp = rp->lp;
+    loop *lp = rp->lp;
     memcpy(lp_snap(lp, slot), rp->reg, lp->width * sizeof *rp->reg);
 }
 
@@ -305,7 +308,7 @@ static void store(replay *rp, size_t slot)
  * hold only their first step: k snapshots deep, S - k remain. */
 static ad_status schedule(replay *rp, int reverse, int warm)
 {
-    const loop *lp = rp->lp;
+    loop *lp = rp->lp;
     size_t *A = rp->frames, k = 0, b = lp->steps, S = lp->snaps;
     int in_reg = 0;
     ad_status s = AD_OK;
@@ -358,10 +361,10 @@ static int all_zero(const double *v, size_t n)
  * arguments reached) or not (outs NULL: every record of every step
  * applied, as the loop written out would be by a sweep that is not
  * exact, zero cotangents included). */
-static void reverse_rule(const ad_tape *t, const ad_block *b, const unsigned char *outs,
+static void reverse_rule(ad_tape *t, ad_block *b, const unsigned char *outs,
                          const double *ybar, double *xbar, unsigned char *args)
 {
-    const loop *lp = (const loop *)b;
+    loop *lp = (loop *)b;
     size_t n = lp->n;
     replay rp;
     ad_status s = replay_start(&rp, t, lp, 0);
@@ -373,7 +376,7 @@ static void reverse_rule(const ad_tape *t, const ad_block *b, const unsigned cha
             carry(&rp, outs, NULL);
         }
         s = schedule(&rp, 1, lp->warm);
-        ((loop *)(uintptr_t)lp)->warm = 0;  /* the reverse overwrote the snapshots */
+        lp->warm = 0;  /* the reverse overwrote the snapshots */
         memcpy(xbar, rp.lam, n * sizeof *xbar);
         memcpy(xbar + n, rp.pacc, lp->np * sizeof *xbar);
         if (outs)
@@ -386,12 +389,12 @@ static void reverse_rule(const ad_tape *t, const ad_block *b, const unsigned cha
     }
 }
 
-static void loop_vjp(const ad_tape *t, const ad_block *b, const double *ybar, double *xbar)
+static void loop_vjp(ad_tape *t, ad_block *b, const double *ybar, double *xbar)
 {
     reverse_rule(t, b, NULL, ybar, xbar, NULL);
 }
 
-static void loop_vjp_exact(const ad_tape *t, const ad_block *b, const unsigned char *outs,
+static void loop_vjp_exact(ad_tape *t, ad_block *b, const unsigned char *outs,
                            const double *ybar, double *xbar, unsigned char *args)
 {
     reverse_rule(t, b, outs, ybar, xbar, args);
@@ -399,10 +402,10 @@ static void loop_vjp_exact(const ad_tape *t, const ad_block *b, const unsigned c
 
 /* The forward rule, exact (args: the arguments whose tangents count;
  * outs gets the outputs reached) or not (args NULL). */
-static void forward_rule(const ad_tape *t, const ad_block *b, const unsigned char *args,
+static void forward_rule(ad_tape *t, ad_block *b, const unsigned char *args,
                          const double *xdot, double *ydot, unsigned char *outs)
 {
-    const loop *lp = (const loop *)b;
+    loop *lp = (loop *)b;
     size_t n = lp->n, np = lp->np;
     replay rp;
     ad_status s = replay_start(&rp, t, lp, 1);
@@ -426,12 +429,12 @@ static void forward_rule(const ad_tape *t, const ad_block *b, const unsigned cha
     }
 }
 
-static void loop_jvp(const ad_tape *t, const ad_block *b, const double *xdot, double *ydot)
+static void loop_jvp(ad_tape *t, ad_block *b, const double *xdot, double *ydot)
 {
     forward_rule(t, b, NULL, xdot, ydot, NULL);
 }
 
-static void loop_jvp_exact(const ad_tape *t, const ad_block *b, const unsigned char *args,
+static void loop_jvp_exact(ad_tape *t, ad_block *b, const unsigned char *args,
                            const double *xdot, double *ydot, unsigned char *outs)
 {
     forward_rule(t, b, args, xdot, ydot, outs);
@@ -440,10 +443,10 @@ static void loop_jvp_exact(const ad_tape *t, const ad_block *b, const unsigned c
 /* Lane `lane` of L: the outputs' cotangents (adj, one lane) and their
  * tangents (adjd) move to the arguments, along the arguments' tangents
  * (tan); adj is updated on the first lane only. */
-static void loop_second(const ad_tape *t, const ad_block *b, uint32_t hid, const double *tan,
+static void loop_second(ad_tape *t, ad_block *b, uint32_t hid, const double *tan,
                         double *adj, double *adjd, size_t L, size_t lane, int first)
 {
-    const loop *lp = (const loop *)b;
+    loop *lp = (loop *)b;
     const uint32_t *ids = ad_block_ids(b);
     size_t n = lp->n, nx = n + lp->np;
     replay rp;
@@ -467,7 +470,7 @@ static void loop_second(const ad_tape *t, const ad_block *b, uint32_t hid, const
         store(&rp, 0);
         memset(rp.pacc, 0, 2 * lp->np * sizeof *rp.pacc);  /* and pdacc */
         s = schedule(&rp, 1, 0);
-        ((loop *)(uintptr_t)lp)->warm = 0;
+        lp->warm = 0;
         memcpy(rp.xb, rp.lam, n * sizeof *rp.xb);
         memcpy(rp.xb + n, rp.pacc, lp->np * sizeof *rp.xb);
         memcpy(rp.xbd, rp.lamd, n * sizeof *rp.xbd);

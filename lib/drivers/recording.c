@@ -36,25 +36,28 @@ ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n, const double
     /* Checks first: they may refuse a record the others would keep. */
     const ad_mode *modes[AD_MODES];
     int nmodes = 0;
-    if (th->checks)
+    ad_checks *ck = ad_checks_of_thread();
+    if (ck->flags)
         modes[nmodes++] = &ad_check_mode;
     if (second)
         modes[nmodes++] = &ad_second_mode;
     ad_status s = ad_tape_begin(t, th, n, modes, nmodes);
-    if (s == AD_OK)
+    if (s == AD_OK) {
+        ad_checks_begin(t, th->depth);
         s = prepare_outputs(t, m);
+    }
     if (s != AD_OK)
         return s;
     for (size_t i = 0; i < n; i++)
         t->inputs[i].v = x[i];
     ad__cursor *outer = ad__active;
-    const char *label = th->label;  /* an ad_where label f sets ends with f */
+    const char *label = ck->label;  /* an ad_where label f sets ends with f */
     ad__active = &t->cursor;
     th->depth++;
     f(t->inputs, n, t->outputs, m, ctx);
     th->depth--;
     ad__active = outer;
-    th->label = label;
+    ck->label = label;
     if (t->status != AD_OK)
         return t->status;
     /* An output from another recording (or a stale ID) is refused, as an

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "recording.h"
 #include "status.h"
 #include "sweep.h"
@@ -155,10 +156,10 @@ static _Thread_local size_t chunk_bytes;  /* 0: SUM_DEFAULT_BYTES */
 
 static void settings_get(settings *st)
 {
-    const ad_thread *th = ad_thread_self();
-    st->checks = th->checks;
+    const ad_checks *ck = ad_checks_of_thread();
+    st->checks = ck->flags;
     st->budget = chunk_bytes;
-    st->label = th->label;
+    st->label = ck->label;
     fegetenv(&st->env);
 #ifdef __linux__
     st->has_cores = sched_getaffinity(0, sizeof st->cores, &st->cores) == 0;
@@ -169,10 +170,10 @@ static void settings_get(settings *st)
  * thread made by a thread pinned to one core would otherwise stay there). */
 static void settings_set(const settings *st)
 {
-    ad_thread *th = ad_thread_self();
-    th->checks = st->checks;
+    ad_checks *ck = ad_checks_of_thread();
+    ck->flags = st->checks;
     chunk_bytes = st->budget;
-    th->label = st->label;
+    ck->label = st->label;
     fesetenv(&st->env);
 #ifdef __linux__
     if (st->has_cores)
@@ -391,11 +392,8 @@ static ad_status sum(job *jb, unsigned threads)
         pool_release();
     pthread_cond_destroy(&jb->turn_cv);
     pthread_mutex_destroy(&jb->mu);
-    if (jb->has_fault) {  /* the failed chunk's, for the caller's ad_last_fault */
-        ad_thread *th = ad_thread_self();
-        th->fault = jb->fault;
-        th->has_fault = 1;
-    }
+    if (jb->has_fault)  /* the failed chunk's, for the caller's ad_last_fault */
+        ad_fault_keep(&jb->fault);
     return jb->status;
 }
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "csr.h"
+#include "tape.h"
 
 /* The arrays of the last Jacobian freed on this thread, for the next one
  * built here: rows + 1 and nnz entries. */

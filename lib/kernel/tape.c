@@ -64,27 +64,26 @@ static ad_status add_chunks(void ***chunks, size_t *n, size_t *cap, size_t bytes
 
 void *ad_tape_state_new(ad_tape *t, const ad_tenant *who)
 {
-    int i = 0;
-    while (i < AD_TENANTS && t->tenant[i].who)
-        i++;
-    if (i == AD_TENANTS)
-        return NULL;  /* more tenants than AD_TENANTS: raise it */
+    size_t i = t->ntenants;
+    if (ad_grow((void **)&t->tenant, &t->tenants_cap, i + 1, sizeof *t->tenant, i) != AD_OK)
+        return NULL;
     void *state = ad_alloc(who->size);
     if (!state)
         return NULL;
     memset(state, 0, who->size);
-    t->tenant[i].who = who;
-    t->tenant[i].state = state;
+    t->tenant[i] = (ad_tenancy){who, state};
+    t->ntenants = i + 1;
     return state;
 }
 
 static void free_tenants(ad_tape *t)
 {
-    for (int i = 0; i < AD_TENANTS && t->tenant[i].who; i++) {
+    for (size_t i = 0; i < t->ntenants; i++) {
         if (t->tenant[i].who->free)
             t->tenant[i].who->free(t->tenant[i].state);
         ad_free(t->tenant[i].state);
     }
+    ad_free(t->tenant);
 }
 
 void ad_tape_free(ad_tape *t)
@@ -293,9 +292,7 @@ ad_status ad_tape_begin(ad_tape *t, ad_thread *th, size_t n, const ad_mode *cons
     t->fault = AD_OK;
     t->blocks_len = 0;
     t->traits = 0;
-    t->checks = th->checks;
-    if (th->depth == 0)
-        th->has_fault = 0;
+    t->checks = 0;
     t->open = 0;
     t->cursor.cur = t->cursor.end = t->room_end = t->slow_end = NULL;
     t->cursor.next = t->first;
@@ -376,7 +373,7 @@ ad_status ad_tape_stats_get(ad_tape_stats *out)
     out->block_bytes = t->first ? t->blocks_len : 0;
     for (int i = 0; i < AD_MODES; i++)
         out->side_bytes += t->side[i].n * AD_CHUNK * sizeof(ad__record);
-    for (int i = 0; i < AD_TENANTS && t->tenant[i].who; i++) {
+    for (size_t i = 0; i < t->ntenants; i++) {
         const ad_tenant *who = t->tenant[i].who;
         out->driver_bytes += who->size + (who->bytes ? who->bytes(t->tenant[i].state) : 0);
         if (who->stats && t->first)

@@ -62,17 +62,12 @@ typedef struct ad_tenant {
     void (*stats)(const void *state, const ad_tape *t, ad_tape_stats *out);
 } ad_tenant;
 
-#define AD_TENANTS 8
+/* One tenant's state on a tape. */
+typedef struct ad_tenancy {
+    const ad_tenant *who;
+    void *state;
+} ad_tenancy;
 
-/* What a recording's blocks (block.h) make of it, for the drivers: a
- * block without a forward rule, without a second-order one, or without
- * partials for edge pushing, and rules the user wrote (ad_external),
- * which are swept unscaled (seeded.h); and a second partial outside the
- * double range, recorded as NaN (second.c). */
-enum {
-    AD_TRAIT_NO_JVP = 1, AD_TRAIT_NO_SECOND = 2, AD_TRAIT_USER_RULES = 4, AD_TRAIT_NO_EDGES = 8,
-    AD_TRAIT_SECOND_RANGE = 16
-};
 
 typedef struct ad_tape {
     ad__cursor cursor;       /* first: ad__active points here */
@@ -96,26 +91,27 @@ typedef struct ad_tape {
     size_t outputs_cap;
     unsigned char *blocks;   /* block.c: the block records' data, at offsets */
     size_t blocks_len, blocks_cap;
-    unsigned traits;         /* AD_TRAIT_*: what this recording's blocks cannot do, or are */
+    unsigned traits;         /* what the recording's records make of it, for its sweeps: bits
+                                the modules define (block.h, seeded.h, second.h), zero at
+                                every recording's start */
     uint64_t serial;         /* this recording's number, unique in the process */
     uint64_t sweeps;         /* reverse sweeps run over t (a count the tests read) */
     ad__record *room_end;    /* the end of the room in the current chunk */
     ad__record *slow_end;    /* room_end while the recording's modes can take records, else NULL */
-    unsigned checks;         /* the thread's ad_set_checks flags when the recording began */
+    unsigned checks;         /* the thread's ad_set_checks flags when the recording began
+                                (check.h, ad_checks_begin) */
     ad_side side[AD_MODES];  /* side tables, of the modes of this recording or of earlier ones */
     ad_on on[AD_MODES];      /* this recording's modes, in order */
     int non;
-    struct {
-        const ad_tenant *who;
-        void *state;
-    } tenant[AD_TENANTS];     /* ad_tape_state */
+    ad_tenancy *tenant;      /* ad_tape_state: as many as have state on t */
+    size_t ntenants, tenants_cap;
 } ad_tape;
 
 /* t's state of the tenant `who`, or NULL where the tenant has no state on
  * t yet (for sweeps, which read what the recording or the driver made). */
 static inline void *ad_tape_state_if(const ad_tape *t, const ad_tenant *who)
 {
-    for (int i = 0; i < AD_TENANTS && t->tenant[i].who; i++)
+    for (size_t i = 0; i < t->ntenants; i++)
         if (t->tenant[i].who == who)
             return t->tenant[i].state;
     return NULL;
@@ -143,10 +139,6 @@ typedef struct ad_thread {
     void (*cleanup[AD_CLEANUPS])(void);  /* ad_thread_cleanup */
     int ncleanup;
     uint64_t serial_next, serial_end;  /* recordings' serial numbers this thread may give */
-    unsigned checks;         /* ad_set_checks */
-    const char *label;       /* ad_where */
-    ad_fault fault;          /* the last AD_ENONFINITE's (check.c) */
-    int has_fault;
 } ad_thread;
 
 /* Per-thread state that a driver keeps in its own _Thread_local variables

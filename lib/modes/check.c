@@ -34,25 +34,37 @@ const char *ad_op_label(int op)
     return op >= 0 && op < AD__OP_COUNT ? names[op] : NULL;
 }
 
+static _Thread_local ad_checks here;
+
+ad_checks *ad_checks_of_thread(void)
+{
+    return &here;
+}
+
+void ad_checks_begin(ad_tape *t, int depth)
+{
+    t->checks = here.flags;
+    if (depth == 0)
+        here.has_fault = 0;
+}
+
 unsigned ad_set_checks(unsigned flags)
 {
-    ad_thread *th = ad_thread_self();
-    unsigned old = th->checks;
-    th->checks = flags & (AD_CHECK_FINITE | AD_CHECK_TRACE);
+    unsigned old = here.flags;
+    here.flags = flags & (AD_CHECK_FINITE | AD_CHECK_TRACE);
     return old;
 }
 
 void ad_where(const char *label)
 {
-    ad_thread_self()->label = label;
+    here.label = label;
 }
 
 ad_status ad_last_fault(ad_fault *out)
 {
-    const ad_thread *th = ad_thread_self();
-    if (!out || !th->has_fault)
+    if (!out || !here.has_fault)
         return AD_EINVAL;
-    *out = th->fault;
+    *out = here.fault;
     return AD_OK;
 }
 
@@ -82,9 +94,8 @@ double ad_tape_value(const ad_tape *t, uint32_t id)
 
 void ad_fault_keep(const ad_fault *f)
 {
-    ad_thread *th = ad_thread_self();
-    th->fault = *f;
-    th->has_fault = 1;
+    here.fault = *f;
+    here.has_fault = 1;
 }
 
 static void fail(ad_tape *t, const ad_fault *f)
@@ -127,7 +138,7 @@ static int run_partials_finite(const ad_tape *t, uint32_t id, uint32_t count)
 static int check(ad_tape *t, ad_info *info, uint32_t id, uint32_t a, double wa, uint32_t b,
                  double wb, int op, double x, double y, double v)
 {
-    const char *label = ad_thread_self()->label;
+    const char *label = here.label;
     info->v = v;
     info->label = label;
     info->op = op;

@@ -14,6 +14,22 @@ typedef struct ad_info {
     int op;
 } ad_info;
 
+/* The calling thread's checks: its ad_set_checks flags, its ad_where
+ * label and its last fault (ad_last_fault), kept by check.c. */
+typedef struct ad_checks {
+    unsigned flags;
+    const char *label;
+    ad_fault fault;
+    int has_fault;
+} ad_checks;
+
+AD_HIDDEN ad_checks *ad_checks_of_thread(void);
+
+/* A recording that begins on t at nesting depth `depth` takes the
+ * thread's flags; one at depth 0 (a driver's call) forgets the last
+ * fault. */
+AD_HIDDEN void ad_checks_begin(ad_tape *t, int depth);
+
 /* The mode a checked recording is made in: its hook checks each record
  * and keeps its ad_info, and ends the recording with AD_ENONFINITE at a
  * record that is not finite from finite arguments (AD_CHECK_FINITE). */

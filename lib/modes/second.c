@@ -177,7 +177,7 @@ static ad_aux structure(int op, double y, ad_aux h)
  * outside the normal doubles, a one-argument record
  * keeps it as m 2^e (second.h, ad_aux_scaled), and the sweeps form
  * their terms from that; a two-argument record has no room for it and
- * keeps NaN, and the recording says so (AD_TRAIT_SECOND_RANGE): a result
+ * keeps NaN, and the recording says so (AD_SECOND_RANGE): a result
  * that takes it is NaN, and the driver fails with AD_EOVERFLOW. */
 
 #define SQRT_PI_L 1.772453850905516027298167483341145183L
@@ -258,7 +258,7 @@ static ad_aux in_range(ad_tape *t, int op, double x, double y, int has_b, ad_aux
             return two(NAN, (double)m, (double)exp2);
         }
         *part[k] = NAN;
-        t->traits |= AD_TRAIT_SECOND_RANGE;
+        t->traits |= AD_SECOND_RANGE;
     }
     return h;
 }

@@ -28,6 +28,19 @@ static inline double ad_aux_times(const ad_aux *h, double x)
     return ldexp(h->ab * x, (int)h->bb);
 }
 
+/* The trait (tape.h) of a recording with a second partial outside the
+ * double range kept as NaN (second.c); ad_second_results says what it
+ * makes of a sweep's results. */
+enum { AD_SECOND_RANGE = 16 };
+
+/* A second-order sweep's status from ad_seeded's (s) and the sum of its
+ * results: AD_EOVERFLOW where they are NaN on a recording with such a
+ * partial. */
+static inline ad_status ad_second_results(const ad_tape *t, ad_status s, double sum)
+{
+    return s == AD_OK && sum != sum && t->traits & AD_SECOND_RANGE ? AD_EOVERFLOW : s;
+}
+
 /* The mode a second-order recording is made in. */
 AD_HIDDEN extern const ad_mode ad_second_mode;
 

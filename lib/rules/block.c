@@ -85,13 +85,13 @@ uint32_t ad_block_record(ad_tape *t, size_t offset)
     if (!hid)
         return 0;
     if (!b->kind->jvp && !b->kind->forward)
-        t->traits |= AD_TRAIT_NO_JVP;
+        t->traits |= AD_BLOCK_NO_JVP;
     if (!b->kind->second)
-        t->traits |= AD_TRAIT_NO_SECOND;
+        t->traits |= AD_BLOCK_NO_SECOND;
     if (b->kind->foreign)
-        t->traits |= AD_TRAIT_USER_RULES;
+        t->traits |= AD_SEEDS_UNSCALED;
     if (!b->kind->partials)
-        t->traits |= AD_TRAIT_NO_EDGES;
+        t->traits |= AD_BLOCK_NO_EDGES;
     /* With room for all of them (a first-order recording: end is set),
      * the output slots are written in one loop; else one by one, which
      * takes the next chunk when this one fills (IDs stay consecutive) and
@@ -110,7 +110,7 @@ uint32_t ad_block_record(ad_tape *t, size_t offset)
     return hid + 1;
 }
 
-const ad_block *ad_block_of(const ad_tape *t, const ad__record *r)
+ad_block *ad_block_of(const ad_tape *t, const ad__record *r)
 {
     uint64_t bits;
     memcpy(&bits, &r->wa, sizeof bits);
@@ -129,7 +129,7 @@ static void leave(void)
     ad_thread_self()->depth--;
 }
 
-const double *ad_block_pullback(const ad_tape *t, const ad_block *b, const double *ybar)
+const double *ad_block_pullback(ad_tape *t, ad_block *b, const double *ybar)
 {
     double *xbar = ad_block_work(t) + b->nout;
     memset(xbar, 0, ((size_t)b->nargs + b->run_len) * sizeof *xbar);
@@ -139,7 +139,7 @@ const double *ad_block_pullback(const ad_tape *t, const ad_block *b, const doubl
     return xbar;
 }
 
-const double *ad_block_pullback_reached(const ad_tape *t, const ad_block *b, const double *ybar)
+const double *ad_block_pullback_reached(ad_tape *t, ad_block *b, const double *ybar)
 {
     unsigned char *outs = ad_block_flags(t), *args = outs + b->nout;
     size_t nx = (size_t)b->nargs + b->run_len;
@@ -159,9 +159,9 @@ const double *ad_block_pullback_reached(const ad_tape *t, const ad_block *b, con
     return xbar;
 }
 
-void ad_block_forward_reached(const ad_tape *t, const ad__record *r, uint32_t hid, double *tan)
+void ad_block_forward_reached(ad_tape *t, const ad__record *r, uint32_t hid, double *tan)
 {
-    const ad_block *b = ad_block_of(t, r);
+    ad_block *b = ad_block_of(t, r);
     const uint32_t *ids = ad_block_ids(b);
     size_t nx = (size_t)b->nargs + b->run_len;
     unsigned char *outs = ad_block_flags(t), *args = outs + b->nout;
@@ -188,9 +188,9 @@ void ad_block_forward_reached(const ad_tape *t, const ad__record *r, uint32_t hi
     }
 }
 
-void ad_block_reverse(const ad_tape *t, const ad__record *r, uint32_t hid, double *adj, size_t L)
+void ad_block_reverse(ad_tape *t, const ad__record *r, uint32_t hid, double *adj, size_t L)
 {
-    const ad_block *b = ad_block_of(t, r);
+    ad_block *b = ad_block_of(t, r);
     if (b->kind->reverse) {
         for (size_t l = 0; l < L; l++)
             b->kind->reverse(t, b, hid, adj, L, l);
@@ -209,9 +209,9 @@ void ad_block_reverse(const ad_tape *t, const ad__record *r, uint32_t hid, doubl
     }
 }
 
-void ad_block_forward(const ad_tape *t, const ad__record *r, uint32_t hid, double *tan, size_t L)
+void ad_block_forward(ad_tape *t, const ad__record *r, uint32_t hid, double *tan, size_t L)
 {
-    const ad_block *b = ad_block_of(t, r);
+    ad_block *b = ad_block_of(t, r);
     for (size_t l = 0; l < L; l++)
         tan[(size_t)hid * L + l] = 0.0;
     if (b->kind->forward) {
@@ -236,19 +236,18 @@ void ad_block_forward(const ad_tape *t, const ad__record *r, uint32_t hid, doubl
     }
 }
 
-void ad_block_second(const ad_tape *t, const ad__record *r, uint32_t hid, const double *tan,
+void ad_block_second(ad_tape *t, const ad__record *r, uint32_t hid, const double *tan,
                      double *adj, double *adjd, size_t L)
 {
-    const ad_block *b = ad_block_of(t, r);
+    ad_block *b = ad_block_of(t, r);
     enter();
     for (size_t l = 0; l < L; l++)
         b->kind->second(t, b, hid, tan, adj, adjd, L, l, l == 0);
     leave();
 }
 
-void ad_block_fail(const ad_tape *t, ad_status s)
+void ad_block_fail(ad_tape *t, ad_status s)
 {
-    ad_tape *w = (ad_tape *)(uintptr_t)t;  /* swept, not recorded: the fault is its one field written */
-    if (w->fault == AD_OK)
-        w->fault = s;
+    if (t->fault == AD_OK)
+        t->fault = s;
 }

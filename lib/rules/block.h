@@ -14,6 +14,10 @@
 
 typedef struct ad_block ad_block;
 
+/* Traits (tape.h) of a recording with a block without a forward rule,
+ * without a second-order one, or without partials for edge pushing. */
+enum { AD_BLOCK_NO_JVP = 1, AD_BLOCK_NO_SECOND = 2, AD_BLOCK_NO_EDGES = 8 };
+
 typedef struct ad_block_kind {
     const char *name;
     /* Its rules are the user's (ad_external): sweeps over a tape that
@@ -23,21 +27,21 @@ typedef struct ad_block_kind {
     int foreign;
     /* xbar = J^T ybar over the arguments in order (listed, then the run);
      * xbar arrives zeroed */
-    void (*vjp)(const ad_tape *t, const ad_block *b, const double *ybar, double *xbar);
+    void (*vjp)(ad_tape *t, ad_block *b, const double *ybar, double *xbar);
     /* ydot = J xdot, or NULL: the block has no forward rule */
-    void (*jvp)(const ad_tape *t, const ad_block *b, const double *xdot, double *ydot);
+    void (*jvp)(ad_tape *t, ad_block *b, const double *xdot, double *ydot);
     /* Optional: the sweeps' work done in place on the cotangent (tangent)
      * array, lane `lane` of L, for kinds whose arguments are too many to
      * gather into compact arrays on every call (matrix.c). */
-    void (*reverse)(const ad_tape *t, const ad_block *b, uint32_t hid, double *adj, size_t L,
+    void (*reverse)(ad_tape *t, ad_block *b, uint32_t hid, double *adj, size_t L,
                     size_t lane);
-    void (*forward)(const ad_tape *t, const ad_block *b, uint32_t hid, double *tan, size_t L,
+    void (*forward)(ad_tape *t, ad_block *b, uint32_t hid, double *tan, size_t L,
                     size_t lane);
     /* Optional: the second-order reverse sweep (second_order.c), lane `lane` of
      * the tangents tan and the cotangents' tangents adjd; adj, the
      * cotangents, has one lane and is updated when `first` is set.  A
      * block without it makes ad_hvp and ad_hessian return AD_ENOTSUP. */
-    void (*second)(const ad_tape *t, const ad_block *b, uint32_t hid, const double *tan,
+    void (*second)(ad_tape *t, ad_block *b, uint32_t hid, const double *tan,
                    double *adj, double *adjd, size_t L, size_t lane, int first);
     /* Optional, for sparse Hessians (edge pushing): the partials of output
      * o with respect to the arguments (listed, then the run), through
@@ -45,9 +49,9 @@ typedef struct ad_block_kind {
      * second partials weighted by the outputs' cotangents ybar, through
      * each2(cx, a, b, value) once for each pair a <= b (NULL: none).  A
      * block without partials makes ad_sparse_hessian return AD_ENOTSUP. */
-    void (*partials)(const ad_tape *t, const ad_block *b, uint32_t o,
+    void (*partials)(ad_tape *t, ad_block *b, uint32_t o,
                      void (*each)(void *cx, size_t arg, double d), void *cx);
-    void (*curvature)(const ad_tape *t, const ad_block *b, const double *ybar,
+    void (*curvature)(ad_tape *t, ad_block *b, const double *ybar,
                       void (*each2)(void *cx, size_t a, size_t b, double v), void *cx);
     /* Optional, for sparse Jacobians: sets the flags of the arguments
      * (listed, then the run) that the outputs flagged in outs depend on.
@@ -59,9 +63,9 @@ typedef struct ad_block_kind {
      * takes cotangents from the outputs flagged in outs alone and flags
      * the arguments they reach in args; jvp_exact takes tangents from the
      * arguments flagged in args alone and flags the outputs they reach. */
-    void (*vjp_exact)(const ad_tape *t, const ad_block *b, const unsigned char *outs,
+    void (*vjp_exact)(ad_tape *t, ad_block *b, const unsigned char *outs,
                       const double *ybar, double *xbar, unsigned char *args);
-    void (*jvp_exact)(const ad_tape *t, const ad_block *b, const unsigned char *args,
+    void (*jvp_exact)(ad_tape *t, ad_block *b, const unsigned char *args,
                       const double *xdot, double *ydot, unsigned char *outs);
 } ad_block_kind;
 
@@ -103,38 +107,38 @@ static inline ad_block *ad_block_at(const ad_tape *t, size_t offset)
 AD_HIDDEN uint32_t ad_block_record(ad_tape *t, size_t offset);
 
 /* The block whose header is r. */
-AD_HIDDEN const ad_block *ad_block_of(const ad_tape *t, const ad__record *r);
+AD_HIDDEN ad_block *ad_block_of(const ad_tape *t, const ad__record *r);
 
 /* The sweeps' part (hid: the header's ID; L lanes side by side). */
-AD_HIDDEN void ad_block_reverse(const ad_tape *t, const ad__record *r, uint32_t hid, double *adj,
+AD_HIDDEN void ad_block_reverse(ad_tape *t, const ad__record *r, uint32_t hid, double *adj,
                                 size_t L);
-AD_HIDDEN void ad_block_forward(const ad_tape *t, const ad__record *r, uint32_t hid, double *tan,
+AD_HIDDEN void ad_block_forward(ad_tape *t, const ad__record *r, uint32_t hid, double *tan,
                                 size_t L);
-AD_HIDDEN void ad_block_second(const ad_tape *t, const ad__record *r, uint32_t hid,
+AD_HIDDEN void ad_block_second(ad_tape *t, const ad__record *r, uint32_t hid,
                                const double *tan, double *adj, double *adjd, size_t L);
 
 /* A rule that fails in a sweep (a checkpointed loop's replay ran out of
  * memory, say) says so here, and writes NaN where its results go: the
  * first fault of a driver call is kept in t->fault, and ad_seeded (or the
  * sparse driver) returns it. */
-AD_HIDDEN void ad_block_fail(const ad_tape *t, ad_status s);
+AD_HIDDEN void ad_block_fail(ad_tape *t, ad_status s);
 
 /* Cotangents of the arguments from those of the outputs, for the sparse
  * resolve: returns the argument cotangents (t's work array). */
-AD_HIDDEN const double *ad_block_pullback(const ad_tape *t, const ad_block *b, const double *ybar);
+AD_HIDDEN const double *ad_block_pullback(ad_tape *t, ad_block *b, const double *ybar);
 
 /* The exact pullback, for the exact sweep and the sparse resolve: from
  * the outputs flagged in ad_block_flags(t) (the others' ybar 0), with the
  * arguments they reach flagged after them; returns the argument
  * cotangents (t's work array). */
-AD_HIDDEN const double *ad_block_pullback_reached(const ad_tape *t, const ad_block *b,
+AD_HIDDEN const double *ad_block_pullback_reached(ad_tape *t, ad_block *b,
                                                   const double *ybar);
 
 /* The exact forward sweep's part for a kind with jvp_exact (one lane):
  * tangents from the arguments whose tangent is not zero by structure
  * (seeded.h, ad_tangent_zero); sets the header's and outputs' tangents
  * and marks the outputs reached. */
-AD_HIDDEN void ad_block_forward_reached(const ad_tape *t, const ad__record *r, uint32_t hid,
+AD_HIDDEN void ad_block_forward_reached(ad_tape *t, const ad__record *r, uint32_t hid,
                                         double *tan);
 
 /* The rules' scratch, per tape (a tenant of block.c), reserved as blocks

@@ -27,14 +27,14 @@ static const double *ext_y(const external *e)
     return ext_x(e) + e->n;
 }
 
-static void ext_vjp(const ad_tape *t, const ad_block *b, const double *ybar, double *xbar)
+static void ext_vjp(ad_tape *t, ad_block *b, const double *ybar, double *xbar)
 {
     (void)t;
     const external *e = (const external *)b;
     e->rule.vjp(e->ctx, e->n, ext_x(e), e->m, ext_y(e), ybar, xbar);
 }
 
-static void ext_jvp(const ad_tape *t, const ad_block *b, const double *xdot, double *ydot)
+static void ext_jvp(ad_tape *t, ad_block *b, const double *xdot, double *ydot)
 {
     (void)t;
     const external *e = (const external *)b;

@@ -85,20 +85,20 @@ static const double *prod_a(const ad_tape *t, const product *p)
 
 /* ---- the matrix block: its entries' cotangents pass to A's IDs ---- */
 
-static void mat_vjp(const ad_tape *t, const ad_block *b, const double *ybar, double *xbar)
+static void mat_vjp(ad_tape *t, ad_block *b, const double *ybar, double *xbar)
 {
     (void)t;
     memcpy(xbar, ybar, (size_t)b->nout * sizeof *xbar);
 }
 
-static void mat_jvp(const ad_tape *t, const ad_block *b, const double *xdot, double *ydot)
+static void mat_jvp(ad_tape *t, ad_block *b, const double *xdot, double *ydot)
 {
     (void)t;
     memcpy(ydot, xdot, (size_t)b->nout * sizeof *ydot);
 }
 
 /* The entries' cotangents and their tangents pass to A's IDs. */
-static void mat_second(const ad_tape *t, const ad_block *b, uint32_t hid, const double *tan,
+static void mat_second(ad_tape *t, ad_block *b, uint32_t hid, const double *tan,
                        double *adj, double *adjd, size_t L, size_t lane, int first)
 {
     (void)t;
@@ -196,7 +196,7 @@ static void add_outer(const matrix *B, double *abar, const product *const *p, si
 /* The products' waiting parts (prod_reverse), latest first, as they
  * would have been added in place; then the entries' cotangents pass to
  * A's IDs. */
-static void mat_reverse(const ad_tape *t, const ad_block *b, uint32_t hid, double *adj, size_t L,
+static void mat_reverse(ad_tape *t, ad_block *b, uint32_t hid, double *adj, size_t L,
                         size_t lane)
 {
     const matrix *B = (const matrix *)b;
@@ -226,7 +226,7 @@ static void mat_reach(const ad_block *b, const unsigned char *outs, unsigned cha
 }
 
 /* Entry o is A's entry o. */
-static void mat_partials(const ad_tape *t, const ad_block *b, uint32_t o,
+static void mat_partials(ad_tape *t, ad_block *b, uint32_t o,
                          void (*each)(void *cx, size_t arg, double d), void *cx)
 {
     (void)t;
@@ -241,7 +241,7 @@ static const ad_block_kind matrix_kind = {
 /* ---- the product block ---- */
 
 /* Over the arguments in order: x (if active), then the matrix entries. */
-static void prod_vjp(const ad_tape *t, const ad_block *b, const double *ybar, double *xbar)
+static void prod_vjp(ad_tape *t, ad_block *b, const double *ybar, double *xbar)
 {
     const product *p = (const product *)b;
     const double *A = prod_a(t, p), *x = prod_x(p);
@@ -267,7 +267,7 @@ static void prod_vjp(const ad_tape *t, const ad_block *b, const double *ybar, do
  * one-lane sweep that reaches a product goes on down to its matrix (the
  * walker ends at the first record), so what waits is always taken by the
  * same sweep. */
-static void prod_reverse(const ad_tape *t, const ad_block *b, uint32_t hid, double *adj, size_t L,
+static void prod_reverse(ad_tape *t, ad_block *b, uint32_t hid, double *adj, size_t L,
                          size_t lane)
 {
     const product *p = (const product *)b;
@@ -344,7 +344,7 @@ static double row_tangent(const ad_tape *t, const product *p, const double *A, c
     return s;
 }
 
-static void prod_forward(const ad_tape *t, const ad_block *b, uint32_t hid, double *tan, size_t L,
+static void prod_forward(ad_tape *t, ad_block *b, uint32_t hid, double *tan, size_t L,
                          size_t lane)
 {
     const product *p = (const product *)b;
@@ -367,7 +367,7 @@ static void prod_forward(const ad_tape *t, const ad_block *b, uint32_t hid, doub
  * tangents add the tangents of x and of A: ybar' x^T + ybar x'^T,
  * A^T ybar' + A'^T ybar.  For a norm, ybar = 2 sbar y, whose tangent is
  * 2 sbar' y + 2 sbar y'. */
-static void prod_second(const ad_tape *t, const ad_block *b, uint32_t hid, const double *tan,
+static void prod_second(ad_tape *t, ad_block *b, uint32_t hid, const double *tan,
                         double *adj, double *adjd, size_t L, size_t lane, int first)
 {
     const product *p = (const product *)b;
@@ -437,7 +437,7 @@ static void prod_reach(const ad_block *b, const unsigned char *outs, unsigned ch
  * s = sum_j y_j^2: ds/dx_l = 2 sum_j y_j M_jl, ds/dM_jl = 2 y_j x_l, and
  * d2s/dx_l dx_k = 2 sum_j M_jl M_jk, d2s/dM_jl dM_jk = 2 x_l x_k,
  * d2s/dM_jl dx_k = 2 (M_jk x_l + y_j [l = k]). */
-static void prod_partials(const ad_tape *t, const ad_block *b, uint32_t o,
+static void prod_partials(ad_tape *t, ad_block *b, uint32_t o,
                           void (*each)(void *cx, size_t arg, double d), void *cx)
 {
     const product *p = (const product *)b;
@@ -468,7 +468,7 @@ static void prod_partials(const ad_tape *t, const ad_block *b, uint32_t o,
     }
 }
 
-static void prod_curvature(const ad_tape *t, const ad_block *b, const double *ybar,
+static void prod_curvature(ad_tape *t, ad_block *b, const double *ybar,
                            void (*each2)(void *cx, size_t a, size_t b, double v), void *cx)
 {
     const product *p = (const product *)b;

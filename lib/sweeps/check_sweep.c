@@ -87,7 +87,7 @@ static void add(sweep *s, uint32_t hid, uint32_t to, double z, double w, int slo
  * non-finite from finite output cotangents. */
 static void apply_block(sweep *s, const ad__record *r, uint32_t hid)
 {
-    const ad_block *b = ad_block_of(s->t, r);
+    ad_block *b = ad_block_of(s->t, r);
     const uint32_t *ids = ad_block_ids(b);
     size_t nargs = (size_t)b->nargs + b->run_len;
     int out_finite = 1;
@@ -180,7 +180,7 @@ static void term(sweep *s, uint32_t id, uint32_t from, double w, int slot)
 
 static void forward_block(sweep *s, const ad__record *r, uint32_t hid)
 {
-    const ad_block *b = ad_block_of(s->t, r);
+    ad_block *b = ad_block_of(s->t, r);
     const uint32_t *ids = ad_block_ids(b);
     size_t nargs = (size_t)b->nargs + b->run_len;
     int in_finite = 1;

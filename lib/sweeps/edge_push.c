@@ -402,7 +402,7 @@ static size_t take_outputs(pairs *ps, uint32_t hid, uint32_t m)
 }
 
 /* Each output's partials, by output: jstart[0..m]. */
-static void gather_partials(pairs *ps, const ad_tape *t, const ad_block *b)
+static void gather_partials(pairs *ps, ad_tape *t, ad_block *b)
 {
     ps->jlen = 0;
     if (ad_reserve((void **)&ps->jstart, &ps->jstart_cap, (size_t)b->nout + 1,
@@ -445,9 +445,9 @@ static void push_block(pairs *ps, uint32_t hid, size_t len)
     }
 }
 
-static void block(pairs *ps, const ad_tape *t, double *adj, uint32_t hid, const ad__record *hdr)
+static void block(pairs *ps, ad_tape *t, double *adj, uint32_t hid, const ad__record *hdr)
 {
-    const ad_block *b = ad_block_of(t, hdr);
+    ad_block *b = ad_block_of(t, hdr);
     uint32_t m = b->nout;
     int any = 0;
     for (uint32_t o = 0; o < m; o++)
@@ -497,7 +497,7 @@ static ad_status reserve(pairs *ps, uint32_t top)
 
 /* The sweep from the objective's ID down, seeded with `seed`: W left in
  * the inputs' rows, the gradient in adj, both times the seed. */
-static ad_status sweep(pairs *ps, const ad_tape *t, double *adj, uint32_t top, double seed)
+static ad_status sweep(pairs *ps, ad_tape *t, double *adj, uint32_t top, double seed)
 {
     uint32_t out = t->outputs[0].id;
     adj[out] = seed;
@@ -634,7 +634,7 @@ static double one_pass(ad_tape *t, const ad_retry *r, void *ctx)
  * only the unscaled rerun is left. */
 ad_status ad_edge_push(ad_tape *t, size_t n, double *grad, ad_csr *H, int fixed)
 {
-    if (t->traits & AD_TRAIT_NO_EDGES)  /* an external function's block */
+    if (t->traits & AD_BLOCK_NO_EDGES)  /* an external function's block */
         return AD_ENOTSUP;
     uint32_t top = ad_outputs_top(t, 1);
     pairs *ps = ad_tape_state(t, &tenant);
@@ -644,7 +644,8 @@ ad_status ad_edge_push(ad_tape *t, size_t n, double *grad, ad_csr *H, int fixed)
     if (s != AD_OK)
         return s;
     sparse_pass c = {ps, n, grad, H, fixed, top, AD_OK};
-    s = ad_seeded(t, top, AD_SEEDED_OVER, one_pass, &c, NULL);
-    return c.status != AD_OK ? c.status : s;
+    double sum;
+    s = ad_seeded(t, top, AD_SEEDED_OVER, one_pass, &c, &sum);
+    return c.status != AD_OK ? c.status : ad_second_results(t, s, sum);
 }
 

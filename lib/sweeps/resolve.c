@@ -66,7 +66,7 @@ AD_INLINE void prefetch_below(const ad__record *r, const double *g, const size_t
  * once read, for the next gradient (ad_reverse): a header its own (its
  * slots' are never written), a block its outputs' after its rule has read
  * them.  Sweeps of several lanes are for arrays cleared before each use. */
-AD_INLINE void sweep_reverse(const ad_tape *t, double *adj, uint32_t top, const size_t L,
+AD_INLINE void sweep_reverse(ad_tape *t, double *adj, uint32_t top, const size_t L,
                              const int far)
 {
     ad_walk w = ad_walk_down_from(t, top);
@@ -140,7 +140,7 @@ static void give(ad_tape *t, double *adj, uint32_t id, double z, double w)
  * ad_block_pullback_reached). */
 static void block_reached(ad_tape *t, const ad__record *r, uint32_t hid, double *adj)
 {
-    const ad_block *b = ad_block_of(t, r);
+    ad_block *b = ad_block_of(t, r);
     unsigned char *outs = ad_block_flags(t), *args = outs + b->nout;
     double *ybar = ad_block_ybar(t);
     int any = 0;

@@ -222,7 +222,7 @@ static int block_reached(ad_tape *t, const ad__record *r, uint32_t hid)
     for (uint32_t j = 1; j <= r->a; j++)
         on |= ad_reached(ad_reach_bits(t), hid + j);
     if (on) {
-        const ad_block *b = ad_block_of(t, r);
+        ad_block *b = ad_block_of(t, r);
         const uint32_t *ids = ad_block_ids(b);
         for (uint32_t k = 0; k < b->nargs; k++)
             ad_reach_mark(t, ids[k]);
@@ -324,7 +324,7 @@ static const out_seeds objective = {1, NULL, NULL};
 /* Room for the sweeps of a second-order recording with m outputs. */
 static ad_status room(ad_tape *t, size_t m, size_t L, uint32_t *top)
 {
-    if (t->traits & AD_TRAIT_NO_SECOND)
+    if (t->traits & AD_BLOCK_NO_SECOND)
         return AD_ENOTSUP;
     *top = ad_outputs_top(t, m);
     size_t ids = (size_t)*top + 1;
@@ -385,7 +385,9 @@ ad_status ad_second_hvp(ad_tape *t, size_t n, const double *v, double *grad, dou
     if (s != AD_OK)
         return s;
     second_seeds c = {.n = n, .v = v, .o = &objective, .grad = grad, .hv = hv, .top = top};
-    return ad_seeded(t, top, AD_SEEDED_EXACT, hvp_pass, &c, NULL);
+    double sum;
+    s = ad_seeded(t, top, AD_SEEDED_EXACT, hvp_pass, &c, &sum);
+    return ad_second_results(t, s, sum);
 }
 
 /* Columns of H, AD_LANES at a time: directions e_j0 .. e_j0+B-1.  H is
@@ -399,7 +401,9 @@ ad_status ad_second_columns(ad_tape *t, size_t n, double *grad, double *hess)
         size_t B = n - j0 < L ? n - j0 : L;
         second_seeds c = {.n = n, .j0 = j0, .B = B, .L = L, .o = &objective, .grad = grad,
                           .hess = hess, .top = top};
-        s = ad_seeded(t, top, AD_SEEDED_EXACT, hessian_pass, &c, NULL);
+        double sum;
+        s = ad_seeded(t, top, AD_SEEDED_EXACT, hessian_pass, &c, &sum);
+        s = ad_second_results(t, s, sum);
     }
     return s;
 }
@@ -410,5 +414,9 @@ ad_status ad_second_vjp(ad_tape *t, size_t m, const double *v, const double *w, 
     out_seeds o = {m, w, wd};
     second_seeds c = {.n = t->first - 1, .v = v, .o = &o, .grad = xbar, .hv = xbard};
     ad_status s = room(t, m, 1, &c.top);
-    return s == AD_OK ? ad_seeded(t, c.top, 0, hvp_pass, &c, NULL) : s;
+    if (s != AD_OK)
+        return s;
+    double sum;
+    s = ad_seeded(t, c.top, 0, hvp_pass, &c, &sum);
+    return ad_second_results(t, s, sum);
 }

@@ -102,7 +102,7 @@ AD_INLINE void stage(row_state *rs, hot *h, uint32_t id, const double *z, double
 AD_INLINE void expand_block(row_state *rs, hot *h, const ad__record *r, uint32_t id, unsigned M,
                             const size_t L, const int hashed)
 {
-    const ad_block *b = ad_block_of(rs->t, r);
+    ad_block *b = ad_block_of(rs->t, r);
     double *ybar = ad_block_ybar(rs->t);
     unsigned char *outs = ad_block_flags(rs->t), *args = outs + b->nout;
     const uint32_t *ids = ad_block_ids(b);
@@ -431,11 +431,9 @@ static int use_dense(row_state *rs, const ad_sparse_dense *d, size_t n)
     return 1;
 }
 
-/* J is started after the kernel's own arrays (the columns' list, the
- * window) are allocated, as the allocator then sees the call's requests in
- * the order the kernel was tuned with: started before them (which frees
- * the spare arrays it does not take), the call ran measurably slower on
- * BA. */
+/* J is started after the sweep's own arrays (the columns' list, the
+ * window) are allocated, so that the allocator sees the call's requests
+ * in the order the sweep was tuned with (benchmarks/README.md, BA). */
 ad_status ad_sparse_rows(ad_tape *t, ad_sparse_dense *d, size_t n, ad_csr_out *o, size_t want)
 {
     row_state rs;

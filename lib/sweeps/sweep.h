@@ -45,7 +45,7 @@ AD_HIDDEN void ad_resolve_reached(ad_tape *t, double *adj, uint32_t top);
 /* The forward sweep, J v (tangent.c).  ad_tangent runs records first..top,
  * each tangent the partials times its arguments' tangents; ad_forward seeds
  * the inputs with v and writes the outputs' tangents to jv. */
-AD_HIDDEN void ad_tangent(const ad_tape *t, double *tan, uint32_t top, size_t lanes);
+AD_HIDDEN void ad_tangent(ad_tape *t, double *tan, uint32_t top, size_t lanes);
 AD_HIDDEN ad_status ad_forward(ad_tape *t, size_t m, const double *v, double *jv);
 /* ad_forward as one pass of the caller's own sweep, as ad_reverse_in:
  * exact NULL, every record applied; else the exact sweep from the inputs

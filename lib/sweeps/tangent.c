@@ -13,7 +13,7 @@
 #include "sweep.h"
 #include "walk.h"
 
-AD_INLINE void sweep_forward(const ad_tape *t, double *tan, uint32_t top, const size_t L)
+AD_INLINE void sweep_forward(ad_tape *t, double *tan, uint32_t top, const size_t L)
 {
     ad_walk w = ad_walk_up_from(t, top);
     for (int kind; (kind = ad_walk_up(&w)) != AD_WALK_END;) {
@@ -44,7 +44,7 @@ AD_INLINE void sweep_forward(const ad_tape *t, double *tan, uint32_t top, const 
     }
 }
 
-void ad_tangent(const ad_tape *t, double *tan, uint32_t top, size_t lanes)
+void ad_tangent(ad_tape *t, double *tan, uint32_t top, size_t lanes)
 {
     if (lanes == 1)
         sweep_forward(t, tan, top, 1);
@@ -55,7 +55,7 @@ void ad_tangent(const ad_tape *t, double *tan, uint32_t top, size_t lanes)
 }
 
 /* Whether one of a block's arguments is reached. */
-static int block_reached(const ad_tape *t, const ad_block *b)
+static int block_reached(ad_tape *t, ad_block *b)
 {
     const uint32_t *ids = ad_block_ids(b);
     for (uint32_t k = 0; k < b->nargs; k++)
@@ -141,7 +141,7 @@ static double forward_pass(ad_tape *t, const ad_retry *r, void *ctx)
 static ad_status forward(ad_tape *t, size_t m, const double *v, double *jv, int can_exact,
                          unsigned char *flags)
 {
-    if (t->traits & AD_TRAIT_NO_JVP)
+    if (t->traits & AD_BLOCK_NO_JVP)
         return AD_ENOTSUP;
     uint32_t hi = ad_outputs_top(t, m);
     ad_status s = ad_tape_borrow_adjoints(t, (size_t)hi + 1);  /* for the tangents */

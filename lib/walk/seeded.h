@@ -27,9 +27,13 @@
 #define AD_SEED_SCALE 0x1p512
 #define AD_SEED_UNSCALE 0x1p-512
 
+/* The trait (tape.h) of a recording that holds a user's rule: its sweeps
+ * are unscaled. */
+enum { AD_SEEDS_UNSCALED = 4 };
+
 static inline double ad_seed_scale(const ad_tape *t)
 {
-    return t->traits & AD_TRAIT_USER_RULES ? 1.0 : AD_SEED_SCALE;
+    return t->traits & AD_SEEDS_UNSCALED ? 1.0 : AD_SEED_SCALE;
 }
 
 /* What scales a sweep's results back from its seed's `scale`. */
@@ -182,8 +186,7 @@ typedef struct ad_retry {
  * ctx and returns 0.0: there is no pass after it. */
 typedef double (*ad_pass)(ad_tape *t, const ad_retry *r, void *ctx);
 
-/* The loop's pieces, for ad_seeded (and sparse.c's rows_in, which still
- * writes the loop out):
+/* The loop's pieces, for ad_seeded:
  *
  *   ad_retry r = ad_retry_begin(t, can_exact);
  *   do sum = one pass with r; while (ad_retry_next(&r, t, top, sum));
@@ -232,9 +235,8 @@ enum { AD_SEEDED_EXACT = 1, AD_SEEDED_OVER = 2 };
  * AD_ENOMEM if an exact pass's marks could not be had, a block rule's
  * fault (ad_block_fail: no pass follows it), AD_EOVERFLOW if results are
  * NaN (or Infs of both signs) after the last pass and it overflowed
- * (AD_SEEDED_OVER), or a second partial out of range was recorded
- * (second.c): a NaN that the exact derivative need not have; else AD_OK
- * (a pass's own failure is the caller's to report).
+ * (AD_SEEDED_OVER): a NaN that the exact derivative need not have; else
+ * AD_OK (a pass's own failure is the caller's to report).
  * Always inlined, so that `pass`, a constant, is called directly and can
  * be inlined in its turn. */
 AD_INLINE ad_status ad_seeded(ad_tape *t, uint32_t top, int how, ad_pass pass, void *ctx,
@@ -250,8 +252,7 @@ AD_INLINE ad_status ad_seeded(ad_tape *t, uint32_t top, int how, ad_pass pass, v
         *last = sum;
     if (r.status != AD_OK || t->fault != AD_OK)
         return r.status != AD_OK ? r.status : t->fault;
-    int over = r.over && how & AD_SEEDED_OVER;
-    return sum != sum && (over || t->traits & AD_TRAIT_SECOND_RANGE) ? AD_EOVERFLOW : AD_OK;
+    return sum != sum && r.over && how & AD_SEEDED_OVER ? AD_EOVERFLOW : AD_OK;
 }
 
 /* The first pass's results, as ad_unscale; a later pass's only where

@@ -64,7 +64,8 @@ def arrows(archive):
                          check=True).stdout
     defined, used = {}, collections.defaultdict(set)
     for line in out.splitlines():
-        m = re.match(r"[^:]*:(?:lib_)?([^:]+)\.c\.o:\s*\S*\s+(\w)\s+(\S+)$", line)
+        m = re.match(r"[^:]*:(?:lib_)?(?:(?:%s)_)?([^:]+)\.c\.o:\s*\S*\s+(\w)\s+(\S+)$"
+                     % "|".join(name for name, _ in LAYERS), line)
         if not m:
             continue
         f, kind, sym = m.groups()
@@ -93,6 +94,9 @@ def check(edges):
                        % (f, "/, lib/".join(n for n, _ in LAYERS)))
     for f, tos in sorted(edges.items()):
         for t in sorted(tos):
+            for x in (f, t):
+                if x not in where:  # a name read from nm that no file of lib/ has
+                    bad.append("%s: in the library, not in lib/'s folders" % x)
             if f in where and t in where and where[t] > where[f]:
                 bad.append("%s (%s) -> %s (%s): an arrow upwards"
                            % (f, LAYERS[where[f]][0], t, LAYERS[where[t]][0]))

@@ -1325,7 +1325,7 @@ static void test_constants_in_the_path(void **state)
 }
 
 /* pow(x, 1) = x at x = 0: d2/dx2 is 0, as at every other x, not
- * b (b - 1) a^(b - 2) = 0 x Inf (a regression test for lib/second.h). */
+ * b (b - 1) a^(b - 2) = 0 x Inf (a regression test for lib/modes/second.h). */
 static void test_pow_one_at_zero(void **state)
 {
     static const edge cases[] = {
@@ -1907,7 +1907,7 @@ static void test_alloc_failure(void **state)
 
 #define ROUNDS 40
 /* about 350,000 records: six chunks, the last two (with their second
- * partials) from the first slab of four (lib/tape.c) */
+ * partials) from the first slab of four (lib/kernel/tape.c) */
 #define BIG_ROSEN 70000
 
 /* H v of Rosenbrock's tridiagonal Hessian, row by row, against hv; each

@@ -21,7 +21,7 @@
 
 #define PTS 3  /* products with one matrix */
 
-/* The headers of lib/matrix.c's blocks hold 5 and 6 pointer-sized fields:
+/* The headers of lib/rules/matrix.c's blocks hold 5 and 6 pointer-sized fields:
  * 64 and 88 bytes on LP64 (docs/tape.md), 44 and 64 on ILP32 (i386). */
 #define MATRIX_HEADER (24 + 5 * sizeof(size_t))
 #define PRODUCT_HEADER (40 + 6 * sizeof(size_t))

@@ -92,7 +92,7 @@ static size_t pad16(size_t bytes)
     return (bytes + 15) / 16 * 16;
 }
 
-/* The headers of lib/matrix.c's blocks hold 5 and 6 pointer-sized fields:
+/* The headers of lib/rules/matrix.c's blocks hold 5 and 6 pointer-sized fields:
  * 64 and 88 bytes on LP64 (docs/tape.md), 44 and 60 on ILP32 (i386); the
  * product's 36 bytes of other fields are padded to a pointer's size. */
 #define MATRIX_HEADER (24 + 5 * sizeof(size_t))

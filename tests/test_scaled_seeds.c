@@ -1,4 +1,4 @@
-/* Sweeps seeded scaled (lib/tape.h, "Scaled seeds"): cotangents and
+/* Sweeps seeded scaled (lib/kernel/tape.h, "Scaled seeds"): cotangents and
  * tangents that would underflow stay exact; a sweep that overflows when
  * scaled is run again unscaled, one whose infinities come from infinite
  * partials is not; the caller's overflow flag is left as it was; a user's

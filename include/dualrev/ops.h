@@ -172,7 +172,7 @@ static inline ad_real ad_atan2_rr(ad_real a, ad_real b)
  * NaN at two infinite arguments (no limit).  A NaN h gives NaN partials. */
 /* The power of two that brings finite a and b back into range where h =
  * hypot(a, b) is not a normal number: 2^600 below DBL_MIN, 1/4 past
- * DBL_MAX, else 1.  Shared with the second partials (lib/second.h). */
+ * DBL_MAX, else 1.  Shared with the second partials (lib/modes/second.h). */
 static inline double ad__hypot_scale(double h)
 {
     return h < DBL_MIN ? 0x1p600 : h > DBL_MAX ? 0.25 : 1.0;
@@ -408,7 +408,7 @@ static inline ad_real ad_erfc_r(ad_real x) {
 }
 
 /* The gamma functions need the digamma function, which <math.h> lacks; they
- * live in lib/special.c.  ad_lgamma_d avoids lgamma()'s global signgam, which
+ * live in lib/modes/special.c.  ad_lgamma_d avoids lgamma()'s global signgam, which
  * would race between threads. */
 AD_API ad_real ad_lgamma_r(ad_real x);
 AD_API double ad_lgamma_d(double x);

@@ -1,7 +1,7 @@
 /* dualrev: the recording kernel, inlined into user code.
  *
  * Included by dualrev.h; not a public interface of its own. The tape lives in
- * lib/tape.c; this header sees only the cursor that the forward pass advances,
+ * lib/kernel/tape.c; this header sees only the cursor that the forward pass advances,
  * so that every elementary operation compiles to a handful of stores. */
 #ifndef DUALREV_RECORD_H
 #define DUALREV_RECORD_H
@@ -57,7 +57,7 @@ typedef struct ad__record {
  * header's ID is the result's.  The run's own IDs are never referenced. */
 #define AD__NARY UINT32_C(0xFFFFFFFF)
 
-/* A block record (lib/block.h: external functions, recorded matrices) has
+/* A block record (lib/rules/block.h: external functions, recorded matrices) has
  * several outputs and keeps its data beside the tape: a header slot
  * {a = number of outputs, b = AD__BLOCK, wa = the data's offset}, then one
  * slot per output {a = distance back to the header, b = AD__OUT}, whose IDs
@@ -237,7 +237,7 @@ static inline ad__slots ad__slots_put(ad__slots s, uint32_t a, double wa, uint32
  * sweeps, which need each kind's second partials: none for a linear
  * function of its arguments, 1 between the two arguments of each slot of
  * a dot product, 2 on each argument of a squared norm; prod and logsumexp
- * are dense (lib/hessian.c). */
+ * are dense (lib/sweeps/second_order.c). */
 enum { AD__NARY_LINEAR, AD__NARY_DOT, AD__NARY_SQNORM, AD__NARY_PROD, AD__NARY_LSE };
 
 /* The result ID of the slots written: none if no argument was active (or

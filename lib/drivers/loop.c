@@ -159,10 +159,10 @@ static ad_status run_plain(replay *rp, size_t k0, size_t k1, int guard)
     ad_status s = g ? ad_tape_begin(g, th, 0, NULL, 0) : AD_OK;
     if (s != AD_OK)
         return s;
+    ad_checks *ck = ad_checks_of(th);
     if (g)
-        ad_checks_begin(g, th->depth);
+        ad_checks_begin(ck, g, th->depth);
     ad__cursor *outer = ad__active;
-    ad_checks *ck = ad_checks_of_thread();
     const char *label = ck->label;  /* a label a step sets ends with it */
     if (g)
         ad__active = &g->cursor;

@@ -36,14 +36,14 @@ ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n, const double
     /* Checks first: they may refuse a record the others would keep. */
     const ad_mode *modes[AD_MODES];
     int nmodes = 0;
-    ad_checks *ck = ad_checks_of_thread();
+    ad_checks *ck = ad_checks_of(th);
     if (ck->flags)
         modes[nmodes++] = &ad_check_mode;
     if (second)
         modes[nmodes++] = &ad_second_mode;
     ad_status s = ad_tape_begin(t, th, n, modes, nmodes);
     if (s == AD_OK) {
-        ad_checks_begin(t, th->depth);
+        ad_checks_begin(ck, t, th->depth);
         s = prepare_outputs(t, m);
     }
     if (s != AD_OK)

@@ -156,7 +156,7 @@ static _Thread_local size_t chunk_bytes;  /* 0: SUM_DEFAULT_BYTES */
 
 static void settings_get(settings *st)
 {
-    const ad_checks *ck = ad_checks_of_thread();
+    const ad_checks *ck = ad_checks_of(ad_thread_self());
     st->checks = ck->flags;
     st->budget = chunk_bytes;
     st->label = ck->label;
@@ -170,7 +170,7 @@ static void settings_get(settings *st)
  * thread made by a thread pinned to one core would otherwise stay there). */
 static void settings_set(const settings *st)
 {
-    ad_checks *ck = ad_checks_of_thread();
+    ad_checks *ck = ad_checks_of(ad_thread_self());
     ck->flags = st->checks;
     chunk_bytes = st->budget;
     ck->label = st->label;

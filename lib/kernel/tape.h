@@ -130,6 +130,7 @@ static inline void *ad_tape_state(ad_tape *t, const ad_tenant *who)
 
 /* Drivers with per-thread state (ad_thread_cleanup). */
 #define AD_CLEANUPS 4
+#define AD_THREAD_MODES_BYTES 128
 
 typedef struct ad_thread {
     ad_tape tapes[AD_MAX_NESTING];
@@ -139,6 +140,11 @@ typedef struct ad_thread {
     void (*cleanup[AD_CLEANUPS])(void);  /* ad_thread_cleanup */
     int ncleanup;
     uint64_t serial_next, serial_end;  /* recordings' serial numbers this thread may give */
+    /* The recording modes' per-thread state (check.h, ad_checks): its
+     * layout is theirs; it lies here so that a recording finds it with
+     * the thread's tapes, as a thread-local of its own would cost every
+     * call a lookup (a call, in a shared library). */
+    _Alignas(16) unsigned char modes[AD_THREAD_MODES_BYTES];
 } ad_thread;
 
 /* Per-thread state that a driver keeps in its own _Thread_local variables

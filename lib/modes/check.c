@@ -34,37 +34,25 @@ const char *ad_op_label(int op)
     return op >= 0 && op < AD__OP_COUNT ? names[op] : NULL;
 }
 
-static _Thread_local ad_checks here;
-
-ad_checks *ad_checks_of_thread(void)
-{
-    return &here;
-}
-
-void ad_checks_begin(ad_tape *t, int depth)
-{
-    t->checks = here.flags;
-    if (depth == 0)
-        here.has_fault = 0;
-}
-
 unsigned ad_set_checks(unsigned flags)
 {
-    unsigned old = here.flags;
-    here.flags = flags & (AD_CHECK_FINITE | AD_CHECK_TRACE);
+    ad_checks *ck = ad_checks_of(ad_thread_self());
+    unsigned old = ck->flags;
+    ck->flags = flags & (AD_CHECK_FINITE | AD_CHECK_TRACE);
     return old;
 }
 
 void ad_where(const char *label)
 {
-    here.label = label;
+    ad_checks_of(ad_thread_self())->label = label;
 }
 
 ad_status ad_last_fault(ad_fault *out)
 {
-    if (!out || !here.has_fault)
+    const ad_checks *ck = ad_checks_of(ad_thread_self());
+    if (!out || !ck->has_fault)
         return AD_EINVAL;
-    *out = here.fault;
+    *out = ck->fault;
     return AD_OK;
 }
 
@@ -94,8 +82,9 @@ double ad_tape_value(const ad_tape *t, uint32_t id)
 
 void ad_fault_keep(const ad_fault *f)
 {
-    here.fault = *f;
-    here.has_fault = 1;
+    ad_checks *ck = ad_checks_of(ad_thread_self());
+    ck->fault = *f;
+    ck->has_fault = 1;
 }
 
 static void fail(ad_tape *t, const ad_fault *f)
@@ -138,7 +127,7 @@ static int run_partials_finite(const ad_tape *t, uint32_t id, uint32_t count)
 static int check(ad_tape *t, ad_info *info, uint32_t id, uint32_t a, double wa, uint32_t b,
                  double wb, int op, double x, double y, double v)
 {
-    const char *label = here.label;
+    const char *label = ad_checks_of(ad_thread_self())->label;
     info->v = v;
     info->label = label;
     info->op = op;

@@ -14,8 +14,9 @@ typedef struct ad_info {
     int op;
 } ad_info;
 
-/* The calling thread's checks: its ad_set_checks flags, its ad_where
- * label and its last fault (ad_last_fault), kept by check.c. */
+/* A thread's checks: its ad_set_checks flags, its ad_where label and its
+ * last fault (ad_last_fault), kept by check.c in the thread's modes'
+ * area (tape.h). */
 typedef struct ad_checks {
     unsigned flags;
     const char *label;
@@ -23,12 +24,23 @@ typedef struct ad_checks {
     int has_fault;
 } ad_checks;
 
-AD_HIDDEN ad_checks *ad_checks_of_thread(void);
+_Static_assert(sizeof(ad_checks) <= AD_THREAD_MODES_BYTES, "the thread's modes' area holds them");
+
+static inline ad_checks *ad_checks_of(ad_thread *th)
+{
+    return (ad_checks *)(void *)th->modes;
+}
 
 /* A recording that begins on t at nesting depth `depth` takes the
- * thread's flags; one at depth 0 (a driver's call) forgets the last
- * fault. */
-AD_HIDDEN void ad_checks_begin(ad_tape *t, int depth);
+ * thread's flags ck; one at depth 0 (a driver's call) forgets the last
+ * fault.  (Inline, with ck passed: a thread-local lookup is a call in a
+ * shared library, a visible share of a tiny gradient.) */
+static inline void ad_checks_begin(ad_checks *ck, ad_tape *t, int depth)
+{
+    t->checks = ck->flags;
+    if (depth == 0)
+        ck->has_fault = 0;
+}
 
 /* The mode a checked recording is made in: its hook checks each record
  * and keeps its ad_info, and ends the recording with AD_ENONFINITE at a

@@ -224,8 +224,8 @@ static double reverse_pass(ad_tape *t, const ad_retry *r, void *ctx)
 }
 
 /* ad_reverse, and ad_reverse_in with can_exact 0 and its flags. */
-static ad_status reverse(ad_tape *t, size_t m, const double *w, double *wj, int can_exact,
-                         unsigned char *flags)
+AD_INLINE ad_status reverse(ad_tape *t, size_t m, const double *w, double *wj, int can_exact,
+                           unsigned char *flags)
 {
     uint32_t hi = ad_outputs_top(t, m);
     ad_status s = ad_tape_reserve_adjoints(t, hi);

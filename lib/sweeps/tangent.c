@@ -138,8 +138,8 @@ static double forward_pass(ad_tape *t, const ad_retry *r, void *ctx)
 }
 
 /* ad_forward, and ad_forward_in with can_exact 0 and its flags. */
-static ad_status forward(ad_tape *t, size_t m, const double *v, double *jv, int can_exact,
-                         unsigned char *flags)
+AD_INLINE ad_status forward(ad_tape *t, size_t m, const double *v, double *jv, int can_exact,
+                           unsigned char *flags)
 {
     if (t->traits & AD_BLOCK_NO_JVP)
         return AD_ENOTSUP;

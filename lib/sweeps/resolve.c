@@ -127,9 +127,13 @@ void ad_resolve(ad_tape *t, double *adj, uint32_t top, size_t lanes)
  * Rare (only for results that are not all finite), so written plainly,
  * one lane, record by record. */
 
-/* adj[id] += z w, and id is reached. */
+/* adj[id] += z w, and id is reached; nothing for a constant (the sink,
+ * whose product with a constant's partial may overflow, raising the flag
+ * that ad_seeded reads for the results: seeded.h, AD_SEEDED_OVER). */
 static void give(ad_tape *t, double *adj, uint32_t id, double z, double w)
 {
+    if (!id)
+        return;
     adj[id] += z * w;
     ad_reach_mark(t, id);
 }

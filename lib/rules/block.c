@@ -139,17 +139,36 @@ const double *ad_block_pullback(ad_tape *t, ad_block *b, const double *ybar)
     return xbar;
 }
 
+/* The exact pullback of a kind without exact rules: its vjp works on
+ * whole rows, also those of outputs not reached, whose products may
+ * overflow without reaching a result (docs/conventions.md, dead
+ * records).  The rule's overflow counts (seeded.h, AD_SEEDED_OVER) only
+ * where it left a reached argument's cotangent not finite. */
+static const double *pullback_counted(ad_tape *t, ad_block *b, const double *ybar)
+{
+    unsigned char *args = ad_block_flags(t) + b->nout;
+    size_t nx = (size_t)b->nargs + b->run_len;
+    ad_watch w = ad_watch_begin(0.0);
+    const double *xbar = ad_block_pullback(t, b, ybar);
+    memset(args, !b->kind->reach, nx);
+    if (b->kind->reach)
+        b->kind->reach(b, ad_block_flags(t), args);
+    if (ad_watch_over(&w) == 1) {
+        for (size_t k = 0; k < nx; k++)
+            if (args[k] && xbar[k] - xbar[k] != 0.0) {
+                ad_overflow_raise();
+                break;
+            }
+    }
+    return xbar;
+}
+
 const double *ad_block_pullback_reached(ad_tape *t, ad_block *b, const double *ybar)
 {
     unsigned char *outs = ad_block_flags(t), *args = outs + b->nout;
     size_t nx = (size_t)b->nargs + b->run_len;
-    if (!b->kind->vjp_exact) {
-        const double *xbar = ad_block_pullback(t, b, ybar);
-        memset(args, !b->kind->reach, nx);
-        if (b->kind->reach)
-            b->kind->reach(b, outs, args);
-        return xbar;
-    }
+    if (!b->kind->vjp_exact)
+        return pullback_counted(t, b, ybar);
     double *xbar = ad_block_work(t) + b->nout;
     memset(xbar, 0, nx * sizeof *xbar);
     memset(args, 0, nx);
@@ -158,6 +177,7 @@ const double *ad_block_pullback_reached(ad_tape *t, ad_block *b, const double *y
     leave();
     return xbar;
 }
+
 
 void ad_block_forward_reached(ad_tape *t, const ad__record *r, uint32_t hid, double *tan)
 {

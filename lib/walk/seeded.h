@@ -141,6 +141,16 @@ static inline int ad_overflow_end(const ad_watch *w)
 }
 #endif
 
+/* Raises the overflow flag, as an overflow in the sweep would. */
+static inline void ad_overflow_raise(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    _mm_setcsr(_mm_getcsr() | AD_MXCSR_OE);
+#elif defined(FE_OVERFLOW)
+    feraiseexcept(FE_OVERFLOW);
+#endif
+}
+
 /* Whether the sweep since ad_watch_begin raised the flag (1), did not (0),
  * or cannot tell (-1: no flag to read); the flag is left as it was
  * before.  To be called once per ad_watch_begin. */

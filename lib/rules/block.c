@@ -142,8 +142,9 @@ const double *ad_block_pullback(ad_tape *t, ad_block *b, const double *ybar)
 /* The exact pullback of a kind without exact rules: its vjp works on
  * whole rows, also those of outputs not reached, whose products may
  * overflow without reaching a result (docs/conventions.md, dead
- * records).  The rule's overflow counts (seeded.h, AD_SEEDED_OVER) only
- * where it left a reached argument's cotangent not finite. */
+ * records), or be a constant entry's.  The rule's overflow counts
+ * (seeded.h, AD_SEEDED_OVER) only where it left the cotangent of a
+ * reached argument that is not a constant not finite. */
 static const double *pullback_counted(ad_tape *t, ad_block *b, const double *ybar)
 {
     unsigned char *args = ad_block_flags(t) + b->nout;
@@ -154,8 +155,9 @@ static const double *pullback_counted(ad_tape *t, ad_block *b, const double *yba
     if (b->kind->reach)
         b->kind->reach(b, ad_block_flags(t), args);
     if (ad_watch_over(&w) == 1) {
+        const uint32_t *ids = ad_block_ids(b);
         for (size_t k = 0; k < nx; k++)
-            if (args[k] && xbar[k] - xbar[k] != 0.0) {
+            if (args[k] && ad_block_arg(b, ids, k) && xbar[k] - xbar[k] != 0.0) {
                 ad_overflow_raise();
                 break;
             }

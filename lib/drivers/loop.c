@@ -14,10 +14,11 @@
 
 #include "block.h"
 #include "check.h"
-#include "second_order.h"
 #include "recording.h"
 #include "revolve.h"
 #include "second.h"
+#include "second_order.h"
+#include "seeded.h"
 #include "status.h"
 #include "sweep.h"
 
@@ -347,15 +348,16 @@ static ad_status schedule(replay *rp, int reverse, int warm)
     }
 }
 
-static int all_zero(const double *v, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (v[i] != 0.0)
-            return 0;
-    return 1;
-}
-
 /* ---- the block's rules ---- */
+
+/* The caller's overflow flag as it was before the rule (w, from
+ * ad_watch_begin): the steps' values may overflow in a replay, which says
+ * nothing of the caller's derivatives, and the steps' sweeps report an
+ * overflow that made NaN of their results as a fault (AD_EOVERFLOW). */
+static void hold(const ad_watch *w)
+{
+    (void)ad_watch_over(w);
+}
 
 /* The reverse rule, exact (outs: the outputs reached; args gets the
  * arguments reached) or not (outs NULL: every record of every step
@@ -366,6 +368,7 @@ static void reverse_rule(ad_tape *t, ad_block *b, const unsigned char *outs,
 {
     loop *lp = (loop *)b;
     size_t n = lp->n;
+    ad_watch w = ad_watch_begin(0.0);  /* see hold() */
     replay rp;
     ad_status s = replay_start(&rp, t, lp, 0);
     if (s == AD_OK) {
@@ -387,6 +390,7 @@ static void reverse_rule(ad_tape *t, ad_block *b, const unsigned char *outs,
         ad_block_fail(t, s);
         ad_fill_nan(xbar, n + lp->np);
     }
+    hold(&w);
 }
 
 static void loop_vjp(ad_tape *t, ad_block *b, const double *ybar, double *xbar)
@@ -407,6 +411,7 @@ static void forward_rule(ad_tape *t, ad_block *b, const unsigned char *args,
 {
     loop *lp = (loop *)b;
     size_t n = lp->n, np = lp->np;
+    ad_watch w = ad_watch_begin(0.0);  /* see hold() */
     replay rp;
     ad_status s = replay_start(&rp, t, lp, 1);
     if (s == AD_OK) {
@@ -427,6 +432,7 @@ static void forward_rule(ad_tape *t, ad_block *b, const unsigned char *args,
         ad_block_fail(t, s);
         ad_fill_nan(ydot, n);
     }
+    hold(&w);
 }
 
 static void loop_jvp(ad_tape *t, ad_block *b, const double *xdot, double *ydot)
@@ -449,6 +455,7 @@ static void loop_second(ad_tape *t, ad_block *b, uint32_t hid, const double *tan
     loop *lp = (loop *)b;
     const uint32_t *ids = ad_block_ids(b);
     size_t n = lp->n, nx = n + lp->np;
+    ad_watch w = ad_watch_begin(0.0);  /* see hold() */
     replay rp;
     ad_status s = replay_start(&rp, t, lp, 1);
     if (s == AD_OK) {
@@ -458,13 +465,6 @@ static void loop_second(ad_tape *t, ad_block *b, uint32_t hid, const double *tan
         }
         for (size_t k = 0; k < nx; k++)
             rp.vin[k] = ids[k] ? tan[(size_t)ids[k] * L + lane] : 0.0;
-        /* Nothing to add: no cotangent at all, or, past the first lane
-         * (which alone adds to adj), no tangent of it either (a lane
-         * ad_hessian leaves unused). */
-        if ((all_zero(rp.lam, n) || (!first && all_zero(rp.vin, nx))) && all_zero(rp.lamd, n)) {
-            replay_free(&rp);
-            return;
-        }
         memcpy(rp.reg, lp_x(lp), n * sizeof *rp.reg);
         memcpy(rp.reg + n, rp.vin, n * sizeof *rp.reg);
         store(&rp, 0);
@@ -485,6 +485,7 @@ static void loop_second(ad_tape *t, ad_block *b, uint32_t hid, const double *tan
     }
     if (s != AD_OK)
         ad_block_fail(t, s);
+    hold(&w);
 }
 
 static const ad_block_kind loop_kind = {.name = "checkpointed loop",

@@ -288,10 +288,12 @@ static double *seeds(ad_tape *t, size_t n, size_t L)
 }
 
 /* The outputs' seeds: weights w of the m outputs and their tangents wd
- * (one lane), or, w NULL, the objective's 1 and 0. */
+ * (one lane), or, w NULL, the objective's 1 and 0; all: every pass is
+ * exact, from every output whatever its weight (ad_second_vjp). */
 typedef struct out_seeds {
     size_t m;
     const double *w, *wd;
+    int all;
 } out_seeds;
 
 /* From the seeded inputs: the tangents, then the second-order sweep,
@@ -306,20 +308,23 @@ static const double *along(ad_tape *t, uint32_t top, size_t L, const ad_retry *r
     ad_tangent(t, tan, top, L);
     memset(t->adj, 0, ((size_t)top + 1) * sizeof *t->adj);
     memset(adjd, 0, ((size_t)top + 1) * L * sizeof *adjd);
-    /* Outputs that share an ID add up; a constant one seeds the sink. */
+    /* Outputs that share an ID add up; a constant one seeds the sink.  An
+     * exact pass starts from the outputs of nonzero weight, or from every
+     * output (o->all). */
+    int exact = r->exact || o->all;
     for (size_t j = 0; j < o->m; j++) {
         uint32_t id = t->outputs[j].id;
         double w = o->w ? o->w[j] : 1.0, wd = o->w ? o->wd[j] : 0.0;
         t->adj[id] += w * r->scale;
         adjd[(size_t)id * L] += wd * r->scale;
-        if (r->exact && (w != 0.0 || wd != 0.0))
+        if (exact && (o->all || w != 0.0 || wd != 0.0))
             ad_reach_mark(t, id);
     }
-    second_sweep(t, tan, t->adj, adjd, top, L, r->exact);
+    second_sweep(t, tan, t->adj, adjd, top, L, exact);
     return adjd;
 }
 
-static const out_seeds objective = {1, NULL, NULL};
+static const out_seeds objective = {1, NULL, NULL, 0};
 
 /* Room for the sweeps of a second-order recording with m outputs. */
 static ad_status room(ad_tape *t, size_t m, size_t L, uint32_t *top)
@@ -411,9 +416,11 @@ ad_status ad_second_columns(ad_tape *t, size_t n, double *grad, double *hess)
 ad_status ad_second_vjp(ad_tape *t, size_t m, const double *v, const double *w, const double *wd,
                         double *xbar, double *xbard)
 {
-    out_seeds o = {m, w, wd};
+    out_seeds o = {m, w, wd, 1};
     second_seeds c = {.n = t->first - 1, .v = v, .o = &o, .grad = xbar, .hv = xbard};
     ad_status s = room(t, m, 1, &c.top);
+    if (s == AD_OK)
+        s = ad_reach_reserve(t, c.top);  /* its passes are exact */
     if (s != AD_OK)
         return s;
     double sum;

@@ -21,9 +21,10 @@ AD_HIDDEN ad_status ad_second_columns(ad_tape *t, size_t n, double *grad, double
  * step): the inputs' cotangents from weights w of the outputs,
  * xbar = J^T w, and their tangents along the inputs' tangents v,
  * xbard = J^T wd + (sum_j w_j H_j) v, where wd are the weights' tangents.
- * Every record is applied, zero cotangents included, with no exact pass:
- * the sweep is one pass of the caller's, as the loop written out would be
- * swept.  Errors as ad_second_hvp's. */
+ * Every record that an output reaches is applied, whatever the outputs'
+ * weights (zero cotangents included), and no other: the sweep is one pass
+ * of the caller's, which takes every output of the loop as reached.
+ * Errors as ad_second_hvp's. */
 AD_HIDDEN ad_status ad_second_vjp(ad_tape *t, size_t m, const double *v, const double *w,
                                   const double *wd, double *xbar, double *xbard);
 

@@ -1,4 +1,5 @@
 /* dualrev: block records -- the tape side of external functions. */
+#include <math.h>
 #include <string.h>
 
 #include "block.h"
@@ -144,7 +145,8 @@ const double *ad_block_pullback(ad_tape *t, ad_block *b, const double *ybar)
  * overflow without reaching a result (docs/conventions.md, dead
  * records), or be a constant entry's.  The rule's overflow counts
  * (seeded.h, AD_SEEDED_OVER) only where it left the cotangent of a
- * reached argument that is not a constant not finite. */
+ * reached argument that is not a constant infinite (a NaN there may be
+ * the conventions' own, from a NaN entry). */
 static const double *pullback_counted(ad_tape *t, ad_block *b, const double *ybar)
 {
     unsigned char *args = ad_block_flags(t) + b->nout;
@@ -157,7 +159,7 @@ static const double *pullback_counted(ad_tape *t, ad_block *b, const double *yba
     if (ad_watch_over(&w) == 1) {
         const uint32_t *ids = ad_block_ids(b);
         for (size_t k = 0; k < nx; k++)
-            if (args[k] && ad_block_arg(b, ids, k) && xbar[k] - xbar[k] != 0.0) {
+            if (args[k] && ad_block_arg(b, ids, k) && isinf(xbar[k])) {
                 ad_overflow_raise();
                 break;
             }

@@ -67,6 +67,7 @@ typedef struct pairs {
     size_t jstart_cap, jarg_cap, jval_cap, jlen;
     const ad_block *blk;     /* the block being taken */
     ad_status status;
+    int range;               /* a z h out of the double range was kept as NaN (scaled) */
 } pairs;
 
 static void pairs_free(void *state)
@@ -243,13 +244,17 @@ static void relink(pairs *ps, uint32_t i, uint32_t a, double w)
 }
 
 /* z h for a second partial outside the double range (second.h): edge
- * pushing keeps z h as it is, so a z h that is outside the range too
- * fails the sweep, AD_EOVERFLOW, where the product is not exactly 0. */
+ * pushing keeps z h as it is, so a z h that is outside the range too is
+ * NaN, and the sweep remembers it: results it reaches are NaN, and the
+ * driver fails with AD_EOVERFLOW (where it reaches none, as into a
+ * constant's pair, nothing is lost). */
 static double scaled(pairs *ps, double z, const ad_aux *h)
 {
     double v = ad_aux_times(h, z);
-    if (z != 0.0 && (fabs(v) < DBL_MIN || isinf(v)) && isfinite(z))
-        ps->status = AD_EOVERFLOW;
+    if (z != 0.0 && (fabs(v) < DBL_MIN || isinf(v)) && isfinite(z)) {
+        ps->range = 1;
+        return NAN;
+    }
     return v;
 }
 
@@ -492,6 +497,7 @@ static ad_status reserve(pairs *ps, uint32_t top)
     ps->used = 1;
     ps->free = 0;
     ps->status = AD_OK;
+    ps->range = 0;
     return AD_OK;
 }
 
@@ -646,6 +652,9 @@ ad_status ad_edge_push(ad_tape *t, size_t n, double *grad, ad_csr *H, int fixed)
     sparse_pass c = {ps, n, grad, H, fixed, top, AD_OK};
     double sum;
     s = ad_seeded(t, top, AD_SEEDED_OVER, one_pass, &c, &sum);
-    return c.status != AD_OK ? c.status : ad_second_results(t, s, sum);
+    if (c.status != AD_OK)
+        return c.status;
+    s = ad_second_results(t, s, sum);
+    return s == AD_OK && ps->range && sum != sum ? AD_EOVERFLOW : s;
 }
 

@@ -475,6 +475,16 @@ static void loop_second(ad_tape *t, ad_block *b, uint32_t hid, const double *tan
         memcpy(rp.xb + n, rp.pacc, lp->np * sizeof *rp.xb);
         memcpy(rp.xbd, rp.lamd, n * sizeof *rp.xbd);
         memcpy(rp.xbd + n, rp.pdacc, lp->np * sizeof *rp.xbd);
+        /* A step's second partial out of range (AD_EOVERFLOW) is the
+         * caller's as if the loop were written out: NaN where it goes,
+         * and the recording says so (second.h), for a pass that is not
+         * exact may sweep the loop where the exact one does not. */
+        if (s == AD_EOVERFLOW) {
+            t->traits |= AD_SECOND_RANGE;
+            ad_fill_nan(rp.xb, nx);
+            ad_fill_nan(rp.xbd, nx);
+            s = AD_OK;
+        }
         if (s == AD_OK)
             for (size_t k = 0; k < nx; k++) {
                 if (first)

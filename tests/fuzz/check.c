@@ -1,6 +1,9 @@
 /* Every driver on one program, against the double run (values, bit for
  * bit, any NaN equal to any NaN: payloads are not promised) and against
- * the oracle (derivatives: class exact, value to the error bound). */
+ * the oracle (derivatives: class exact, value to the error bound).  A
+ * program with checkpointed loops is checked as the same program with its
+ * loops written out (prog_unroll), and every driver is also run on that
+ * one and compared with the loops' (loop_cross_check). */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -25,13 +28,14 @@ static void fail(check_ctx *c, const char *driver, const char *kind, int i, int 
     report *r = c->r;
     f.known = known_defect(c, &f);
     r->nfail++;
-    if (!f.known)
+    int unknown = !f.known || known_is_bug(f.known);
+    if (unknown)
         r->nunknown++;
     if (r->nfail <= FUZZ_KEEP)
         r->f[r->nfail - 1] = f;
-    else if (!f.known)  /* keep unknown failures in view: they go first */
+    else if (unknown)  /* keep unknown failures in view: they go first */
         for (int k = 0; k < FUZZ_KEEP; k++)
-            if (r->f[k].known) {
+            if (r->f[k].known && !known_is_bug(r->f[k].known)) {
                 r->f[k] = f;
                 break;
             }
@@ -74,10 +78,11 @@ static int cls(ld t, ld e)
 }
 
 /* Whether result r of pass P has intermediates a double sweep cannot
- * hold.  A tape that holds a user's rule is swept unscaled (docs/tape.md). */
+ * hold.  A tape that holds a user's rule or a checkpointed loop is swept
+ * unscaled (docs/tape.md, docs/api.md). */
 static int out_of_range(const check_ctx *c, const pass *P, int r)
 {
-    int scaled_ok = !c->ext && range_scaled(P->lo[r], P->hi[r]);
+    int scaled_ok = !c->ext && !c->loop && range_scaled(P->lo[r], P->hi[r]);
     return P->over[r] || !(scaled_ok || range_unscaled(P->lo[r], P->hi[r]));
 }
 
@@ -127,7 +132,7 @@ static void drv_gradient(check_ctx *c, double *g0)
 {
     const prog *p = c->p;
     double fx, *g = dalloc(p->n);
-    if (status(c, "ad_gradient", ad_gradient(fuzz_objective, (void *)p, (size_t)p->n, p->x, &fx, g), AD_OK)) {
+    if (status(c, "ad_gradient", ad_gradient(fuzz_objective, (void *)c->run, (size_t)p->n, p->x, &fx, g), AD_OK)) {
         values(c, "ad_gradient", &fx, 1);
         for (int i = 0; i < p->n; i++)
             entry(c, "ad_gradient", i, 0, g[i], &c->re[0], i, i, &c->fe[i], p->outs[0]);
@@ -140,7 +145,7 @@ static void drv_vjp(check_ctx *c)
 {
     const prog *p = c->p;
     double *y = dalloc(p->m), *wj = dalloc(p->n);
-    if (status(c, "ad_vjp", ad_vjp(fuzz_function, (void *)p, (size_t)p->n, p->x, (size_t)p->m, p->w, y, wj), AD_OK)) {
+    if (status(c, "ad_vjp", ad_vjp(fuzz_function, (void *)c->run, (size_t)p->n, p->x, (size_t)p->m, p->w, y, wj), AD_OK)) {
         values(c, "ad_vjp", y, p->m);
         for (int i = 0; i < p->n; i++)
             entry(c, "ad_vjp", i, -1, wj[i], &c->rw, i, i, NULL, 0);
@@ -153,7 +158,7 @@ static void drv_jvp(check_ctx *c)
     const prog *p = c->p;
     double *y = dalloc(p->m), *jv = dalloc(p->m);
     ad_status want = c->ext_nojvp ? AD_ENOTSUP : AD_OK;
-    if (status(c, "ad_jvp", ad_jvp(fuzz_function, (void *)p, (size_t)p->n, p->x, p->v, (size_t)p->m, y, jv), want)) {
+    if (status(c, "ad_jvp", ad_jvp(fuzz_function, (void *)c->run, (size_t)p->n, p->x, p->v, (size_t)p->m, y, jv), want)) {
         values(c, "ad_jvp", y, p->m);
         for (int j = 0; j < p->m; j++)
             entry(c, "ad_jvp", -1, j, jv[j], &c->fv, j, p->outs[j], NULL, 0);
@@ -176,7 +181,7 @@ static void drv_jacobian(check_ctx *c, double *j0)
 {
     const prog *p = c->p;
     double *y = dalloc(p->m), *J = dalloc(p->m * p->n);
-    if (status(c, "ad_jacobian", ad_jacobian(fuzz_function, (void *)p, (size_t)p->n, p->x, (size_t)p->m, y, J), AD_OK)) {
+    if (status(c, "ad_jacobian", ad_jacobian(fuzz_function, (void *)c->run, (size_t)p->n, p->x, (size_t)p->m, y, J), AD_OK)) {
         values(c, "ad_jacobian", y, p->m);
         for (int j = 0; j < p->m; j++)
             for (int i = 0; i < p->n; i++)
@@ -191,7 +196,7 @@ static void drv_linear(check_ctx *c)
     const prog *p = c->p;
     double *y = dalloc(p->m), *jv = dalloc(p->m), *wj = dalloc(p->n);
     ad_linear *L = NULL;
-    if (status(c, "ad_linearize", ad_linearize(fuzz_function, (void *)p, (size_t)p->n, p->x, (size_t)p->m, y, &L), AD_OK)) {
+    if (status(c, "ad_linearize", ad_linearize(fuzz_function, (void *)c->run, (size_t)p->n, p->x, (size_t)p->m, y, &L), AD_OK)) {
         values(c, "ad_linearize", y, p->m);
         if (status(c, "ad_linear_jvp", ad_linear_jvp(L, p->v, jv), c->ext_nojvp ? AD_ENOTSUP : AD_OK))
             for (int j = 0; j < p->m; j++)
@@ -211,7 +216,7 @@ static void drv_sparse(check_ctx *c, double *s0, int *s0_has)
     double *y = dalloc(p->m);
     ad_csr J;
     memset(s0_has, 0, (size_t)p->n * sizeof *s0_has);
-    if (status(c, "ad_sparse_jacobian", ad_sparse_jacobian(fuzz_function, (void *)p, (size_t)p->n, p->x, (size_t)p->m, y, &J), AD_OK)) {
+    if (status(c, "ad_sparse_jacobian", ad_sparse_jacobian(fuzz_function, (void *)c->run, (size_t)p->n, p->x, (size_t)p->m, y, &J), AD_OK)) {
         values(c, "ad_sparse_jacobian", y, p->m);
         for (int j = 0; j < p->m; j++) {
             uint32_t want = c->L.recd[p->outs[j]] ? c->L.smask[p->outs[j]] : 0, got = 0;
@@ -329,7 +334,7 @@ static void drv_hvp(check_ctx *c, double *h0)
     double fx, *g = dalloc(p->n), *hv = dalloc(p->n);
     ad_status want = c->ext ? AD_ENOTSUP : AD_OK;
     c->allow_over = second_over(c, 1);
-    if (status(c, "ad_hvp", ad_hvp(fuzz_objective, (void *)p, (size_t)p->n, p->x, p->v, &fx, g, hv), want)) {
+    if (status(c, "ad_hvp", ad_hvp(fuzz_objective, (void *)c->run, (size_t)p->n, p->x, p->v, &fx, g, hv), want)) {
         values(c, "ad_hvp", &fx, 1);
         for (int i = 0; i < p->n; i++) {
             entry(c, "ad_hvp(grad)", i, 0, g[i], &c->re[0], i, i, &c->fe[i], p->outs[0]);
@@ -349,7 +354,7 @@ static void drv_hessian(check_ctx *c, double *h0)
     double fx, *g = dalloc(p->n), *H = dalloc(p->n * p->n);
     ad_status want = c->ext ? AD_ENOTSUP : AD_OK;
     c->allow_over = second_over(c, 0);
-    if (status(c, "ad_hessian", ad_hessian(fuzz_objective, (void *)p, (size_t)p->n, p->x, &fx, g, H), want)) {
+    if (status(c, "ad_hessian", ad_hessian(fuzz_objective, (void *)c->run, (size_t)p->n, p->x, &fx, g, H), want)) {
         values(c, "ad_hessian", &fx, 1);
         for (int i = 0; i < p->n; i++) {
             entry(c, "ad_hessian(grad)", i, 0, g[i], &c->re[0], i, i, &c->fe[i], p->outs[0]);
@@ -374,9 +379,10 @@ static void drv_sparse_hessian(check_ctx *c)
     const prog *p = c->p;
     double fx, *g = dalloc(p->n);
     ad_csr H;
-    ad_status want = c->ext ? AD_ENOTSUP : AD_OK;
+    /* a loop's block has no edge-pushing rule (docs/api.md) */
+    ad_status want = c->ext || c->loop ? AD_ENOTSUP : AD_OK;
     c->allow_over = second_over(c, 0);
-    ad_status got = ad_sparse_hessian(fuzz_objective, (void *)p, (size_t)p->n, p->x, &fx, g, &H);
+    ad_status got = ad_sparse_hessian(fuzz_objective, (void *)c->run, (size_t)p->n, p->x, &fx, g, &H);
     if (status(c, "ad_sparse_hessian", got, want)) {
         values(c, "ad_sparse_hessian", &fx, 1);
         for (int i = 0; i < p->n; i++) {
@@ -453,19 +459,490 @@ static void recorded_externals(check_ctx *c)
     }
 }
 
-void check_program(const prog *p, report *r)
+/* ---- checkpointed loops: the program with loops (c->run) against the
+ * same program with the loops written out (c->p), driver by driver ---- */
+
+/* The double run of the program with loops gives the outputs of the one
+ * written out, bit for bit (the interpreter's loop against prog_unroll). */
+static void unroll_values(check_ctx *c)
+{
+    const prog *run = c->run;
+    double *v = malloc(((size_t)run->nslots + 1) * sizeof *v);
+    run_double(run, run->x, v);
+    for (int j = 0; j < run->m; j++)
+        if (!same_bits(v[run->outs[j]], c->val[c->p->outs[j]]))
+            fail(c, "interpreter", "unroll", -1, j, v[run->outs[j]], c->val[c->p->outs[j]], 0);
+    free(v);
+}
+
+/* Enclosing spans first: by lo, then the larger. */
+static int span_order(const void *x, const void *y)
+{
+    const unroll_span *a = *(const unroll_span *const *)x, *b = *(const unroll_span *const *)y;
+    return a->lo != b->lo ? (a->lo > b->lo) - (a->lo < b->lo) : (a->hi < b->hi) - (a->hi > b->hi);
+}
+
+/* Loops that are recorded (some steps, an argument that is a record),
+ * and in_loop: the slots that are records of a step's own tape.  Inside a
+ * step everything computed from the state and the params is a record
+ * (the step is recorded with them as inputs), though written out it may
+ * be a constant; a nested loop is recorded on its step's tape if one of
+ * its arguments is a record there.  Live: it reaches the step's next
+ * state (in every step around it). */
+static void recorded_loops(check_ctx *c)
+{
+    const prog *run = c->run, *p = c->p;
+    const unroll_info *ui = c->ui;
+    if (!ui)
+        return;
+    unsigned char *recd = calloc((size_t)run->ncode + 1, 1);
+    for (int j = 0; j < run->ncode; j++) {
+        const insn *in = &run->code[j];
+        for (int i = 0; in->op == OP_LOOP && in->steps > 0 && i < in->len + in->rows; i++)
+            recd[j] |= c->L.recd[ui->map[run->args[in->arg + i]]];
+        c->loop |= recd[j];
+        c->r->loops += recd[j];
+    }
+    size_t ns = (size_t)p->nslots + 1;
+    c->in_loop = calloc(ns, 1);
+    c->loop_top = calloc(ns, sizeof *c->loop_top);
+    c->loop_up = calloc(ns, 1);
+    c->top_reached = calloc((size_t)run->ncode + 1, 1);
+    c->top_recd = recd;  /* kept */
+    /* What output 0 reaches in the recording with loops: records read by
+     * records (a recorded loop's outputs are records, phantom or not). */
+    int *maker = c->maker = malloc(ns * sizeof *maker);
+    for (int j = 0; j < p->ncode; j++)
+        for (int t = 0; t < p->code[j].nout; t++)
+            maker[p->code[j].out + t] = j;
+    int *reads = malloc(((size_t)p->nargs + 4) * sizeof *reads);
+    unsigned char *reach0 = calloc(ns, 1);
+    reach0[p->outs[0]] = p->m > 0 && c->L.recd[p->outs[0]];
+    for (int s = p->nslots - 1; s >= p->n; s--) {
+        if (!reach0[s])
+            continue;
+        int nr = insn_reads(p, &p->code[maker[s]], c->val, reads);
+        for (int t = 0; t < nr; t++)
+            reach0[reads[t]] |= c->L.recd[reads[t]];
+    }
+    for (int j = 0; j < run->ncode; j++) {  /* reached loops, and what their arguments read */
+        const insn *in = &run->code[j];
+        for (int i = 0; recd[j] && i < in->nout; i++)
+            c->top_reached[j] |= reach0[ui->map[in->out + i]];
+        for (int i = 0; c->top_reached[j] && i < in->len + in->rows; i++)
+            c->loop_up[ui->map[run->args[in->arg + i]]] = 1;
+    }
+    for (int s = p->nslots - 1; s >= p->n; s--) {  /* through records, phantoms included */
+        if (!c->loop_up[s])
+            continue;
+        int nr = insn_reads(p, &p->code[maker[s]], c->val, reads);
+        for (int t = 0; t < nr; t++)
+            c->loop_up[reads[t]] |= c->L.recd[reads[t]];
+    }
+    c->loop_down = calloc(ns, 1);
+    for (int s = p->n; s < p->nslots; s++) {
+        const insn *in = &p->code[maker[s]];
+        if (in->op == OP_LOOPOUT) {  /* a loop of no steps copies its state0 */
+            c->loop_down[s] = c->L.recd[s] && (in->steps > 0 || c->loop_down[in->a]);
+            continue;
+        }
+        int nr = insn_reads(p, in, c->val, reads);
+        for (int t = 0; t < nr && c->L.recd[s]; t++)
+            c->loop_down[s] |= c->loop_down[reads[t]];
+    }
+    unsigned char *rec = calloc(ns, 1), *dead = calloc(ns, 1), *live = calloc(ns, 1);
+    unsigned char *act[4] = {calloc(ns, 1), calloc(ns, 1), calloc(ns, 1), calloc(ns, 1)};
+    unsigned char *lrec = calloc((size_t)ui->nloops + 1, 1);
+    /* a nested loop whose block the step around it reaches (an output live
+     * there): it then takes all its outputs as reached */
+    unsigned char *lreach = calloc((size_t)ui->nloops + 1, 1);
+    const unroll_span **order = malloc(((size_t)ui->nspans + 1) * sizeof *order);
+    for (int k = 0; k < ui->nspans; k++)
+        order[k] = &ui->spans[k];
+    qsort(order, (size_t)ui->nspans, sizeof *order, span_order);
+    for (int k = 0; k < ui->nspans; k++) {
+        const unroll_span *sp = order[k];
+        int d = sp->depth - 1 < 3 ? sp->depth - 1 : 3;
+        unsigned char *A = act[d];
+        if (sp->step == 0) {  /* is the loop recorded where it runs? */
+            int r = 0;
+            for (int i = 0; i < sp->nins; i++)
+                r |= d == 0 ? c->L.recd[sp->ins[i]] : act[d - 1][sp->ins[i]];
+            lrec[sp->loop] = (unsigned char)(d == 0 ? recd[sp->top] && r : r);
+        }
+        if (!lrec[sp->loop] || sp->hi == sp->lo) {  /* not recorded: no records of its steps */
+            memset(rec + sp->lo, 0, (size_t)(sp->hi - sp->lo));
+            continue;
+        }
+        memset(A + sp->lo, 0, (size_t)(sp->hi - sp->lo));
+        memset(live + sp->lo, 0, (size_t)(sp->hi - sp->lo));
+        for (int i = 0; i < sp->nins; i++)
+            A[sp->ins[i]] = 1;
+        for (int s = sp->lo; s < sp->hi; s++) {
+            const insn *in = &p->code[maker[s]];
+            int nr = insn_reads(p, in, c->val, reads);
+            for (int t = 0; t < nr; t++)
+                A[s] |= A[reads[t]];
+        }
+        for (int i = 0; i < sp->nouts; i++)
+            if (sp->outs[i] >= sp->lo)
+                live[sp->outs[i]] = 1;
+        for (int s = sp->hi - 1; s >= sp->lo; s--) {
+            if (!live[s])
+                continue;
+            const insn *in = &p->code[maker[s]];
+            int nr = insn_reads(p, in, c->val, reads);
+            for (int t = 0; t < nr; t++)
+                if (reads[t] >= sp->lo)
+                    live[reads[t]] = 1;
+        }
+        for (int s = sp->lo; s < sp->hi; s++)  /* nested loops this step reaches */
+            if (live[s] && p->code[maker[s]].op == OP_LOOPOUT)
+                lreach[p->code[maker[s]].sub] = 1;
+        for (int s = sp->lo; s < sp->hi; s++) {
+            /* the innermost step decides, as it comes last: live there, in a
+             * loop that its own step reaches (or the program's loop); a
+             * reached loop's outputs are all reached */
+            const insn *in = &p->code[maker[s]];
+            rec[s] = A[s];
+            dead[s] = in->op == OP_LOOPOUT ? !lreach[in->sub] : !live[s] || (d > 0 && !lreach[sp->loop]);
+            c->loop_top[s] = sp->top;
+        }
+        /* the marks stay: a nested loop's first step asks them of its
+         * arguments; a step reads only its own slots and its inputs */
+    }
+    for (int s = 0; s < p->nslots; s++)
+        c->in_loop[s] = rec[s] ? (dead[s] ? 2 : 1) : 0;
+    free(order), free(reads), free(lrec), free(lreach), free(rec), free(dead), free(live), free(reach0);
+    for (int k = 0; k < 4; k++)
+        free(act[k]);
+}
+
+/* A result entry and where the oracle has it: first order, result r of
+ * pass P at slot; second order (U set), the mixed pass of U and V, entry
+ * (i, k) (k < 0: H v's entry i). */
+typedef struct xent {
+    const pass *P;
+    int r, slot;
+    const pass *U, *V;
+    int i, k;
+} xent;
+
+static xent xfirst(const pass *P, int r, int slot)
+{
+    xent e = {P, r, slot, NULL, NULL, 0, 0};
+    return e;
+}
+
+static xent xsecond(const pass *U, const pass *V, int i, int k)
+{
+    xent e = {NULL, 0, 0, U, V, i, k};
+    return e;
+}
+
+/* 0 finite, 1 NaN, 2 +Inf, 3 -Inf */
+static int dcls(double x) { return x != x ? 1 : x == INFINITY ? 2 : x == -INFINITY ? 3 : 0; }
+
+#define LOOP_RTOL 1e-12  /* relative to the largest entry of the result (tests/test_loop.c: 1e-13) */
+#define HI_UNSCALED 0x1p1020L
+#define LO_UNSCALED 0x1p-1020L
+
+/* Whether the loop (a sweep that is not scaled) and the loop written out
+ * (scaled, docs/tape.md "Scaled seeds") may differ in entry e: its
+ * intermediates leave what an unscaled double sweep holds.  *tol gets the
+ * oracle's error bound of the entry (Inf: none). */
+static int xexcused(const check_ctx *c, const xent *e, ld *tol)
+{
+    *tol = INFINITY;
+    if (e->P) {
+        const pass *P = e->P;
+        ld t = P->on[e->slot] ? P->t[e->slot] : 0, E = P->on[e->slot] ? P->E[e->slot] : 0;
+        if (isfinite(t) && isfinite(E))
+            *tol = 2 * E + 4 * TINY + ORACLE_EPS * fabsl(t);
+        return out_of_range(c, P, e->r);
+    }
+    if (c->L.big_second || out_of_range(c, e->U, 0) || out_of_range(c, e->V, 0) ||
+        out_of_range(c, &c->re[0], e->i) || (e->k >= 0 && out_of_range(c, &c->re[0], e->k)))
+        return 1;
+    pass P2;
+    pass_second(&c->L, e->U, e->V, &P2);
+    int s = c->p->outs[0], out = !(P2.hi[0] < HI_UNSCALED && P2.lo[0] > LO_UNSCALED);
+    ld t = P2.on[s] ? P2.t[s] : 0, E = P2.on[s] ? P2.E[s] : 0;
+    if (!out && !second_skipped(c, e->i, e->k, &P2, e->U, e->V) && isfinite(t) && isfinite(E)) {
+        long F = 0;  /* as entry2_sums */
+        for (int k = 0; k < c->L.nslots; k++)
+            if ((c->L.omask[k] & 1) && (e->U->on[k] || e->V->on[k]))
+                F += c->L.fan[k];
+        E += ORACLE_EPS * (ld)F * (P2.on[s] ? P2.M[s] : 0);
+        *tol = 2 * E + 4 * TINY + ORACLE_EPS * fabsl(t);
+    }
+    pass_free(&P2);
+    return out;
+}
+
+static int ext_through_loop(const check_ctx *c);
+
+/* The class of a first-order entry is order-dependent (the oracle's). */
+static int xunsure(const xent *e)
+{
+    return e->P && e->P->on[e->slot] && e->P->unc[e->slot];
+}
+
+/* Entry (i, j) of a result: a from the loop, b written out; scale: the
+ * largest finite |entry| of b's result. */
+static void xentry(check_ctx *c, const char *driver, int i, int j, double a, double b, double scale,
+                   const xent *e)
+{
+    ld tol;
+    if (xexcused(c, e, &tol)) {
+        c->r->loop_excused++;
+        return;
+    }
+    int ca = dcls(a), cb = dcls(b);
+    if (ca != cb) {
+        if (xunsure(e)) {
+            c->r->loop_excused++;
+            return;
+        }
+        /* The loop written out shows a documented defect (a NaN where the
+         * structural ideal has none, forward-structural-zero say) that the
+         * loop does not: as a failure of the written-out value, it is known. */
+        failure w = {driver, "class", i, j, b, 0, 0, NULL};
+        const char *k = cb == 1 ? known_defect(c, &w) : NULL;
+        if (k && !known_is_bug(k) && strncmp(k, "loop-", 5)) {  /* the loops' classes are the loop's */
+            c->r->loop_excused++;
+            return;
+        }
+        /* First order, the same of the loop: a documented defect of blocks
+         * (dead-records, matrix-constant-row) that the loop's outputs bring
+         * in, as records although the step makes constants of them (a
+         * matrix of them is recorded, a constant one written out). */
+        failure l = {driver, "class", i, j, a, 0, 0, NULL};
+        k = ca == 1 && failure_mode(c, &l) != '2' && !strstr(driver, "(grad)") ? known_defect(c, &l) : NULL;
+        if (k && (!strcmp(k, "dead-records") || !strcmp(k, "matrix-constant-row"))) {
+            c->r->loop_excused++;
+            return;
+        }
+        /* An external that only the loop's outputs make recorded: the
+         * Jacobian of the loop written out may sweep by columns (its tape
+         * has no external without a jvp rule), the loop's by rows. */
+        if (!strcmp(driver, "ad_jacobian") && ext_through_loop(c)) {
+            c->r->loop_excused++;
+            return;
+        }
+        c->r->loop_compared++;
+        fail(c, driver, "loop-class", i, j, a, b, 0);
+        return;
+    }
+    c->r->loop_compared++;
+    ld d = fabsl((ld)a - (ld)b);
+    /* the params' cotangents are summed step by step: not bit for bit;
+     * where the sum cancels, both are within the oracle's bound */
+    if (ca == 0 && !(d <= LOOP_RTOL * scale) && !(d <= 2 * tol))
+        fail(c, driver, "loop-value", i, j, a, b, LOOP_RTOL * scale > 2 * tol ? LOOP_RTOL * scale : 2 * tol);
+}
+
+static double xscale(const double *b, int cnt)
+{
+    double s = 0;
+    for (int k = 0; k < cnt; k++)
+        if (isfinite(b[k]) && fabs(b[k]) > s)
+            s = fabs(b[k]);
+    return s;
+}
+
+/* An external that the library records only as it reads a recorded
+ * loop's output (a record, docs/api.md, though the step made a constant
+ * of it): the loop's AD_ENOTSUP, checked against the oracle by the
+ * drivers' checks, is the loop written out's AD_OK. */
+static int ext_through_loop(const check_ctx *c)
+{
+    for (int j = 0; j < c->p->ncode; j++) {
+        const insn *in = &c->p->code[j];
+        if (in->op == OP_EXTERNAL && in->nout > 0 && c->L.recd[in->out] && !c->L.active[in->out])
+            return 1;
+    }
+    return 0;
+}
+
+/* Both statuses: equal, or AD_EOVERFLOW on one side where an entry may
+ * leave the double range (allow).  Whether both are AD_OK. */
+static int xstatus(check_ctx *c, const char *driver, const ad_status *st, int allow)
+{
+    if (st[0] == st[1])
+        return st[0] == AD_OK;
+    if (st[0] == AD_ENOTSUP && ext_through_loop(c)) {  /* the other: AD_OK, or what its sweep meets */
+        c->r->loop_excused++;
+        return 0;
+    }
+    /* One side's status against AD_OK is a documented defect of no loop
+     * (a block's rule that overflows, say), met on one tape only: the
+     * loop's is swept unscaled, the one written out scaled. */
+    for (int l = 0; l < 2; l++) {
+        failure w = {driver, "status", AD_OK, -1, (double)st[l], AD_OK, 0, NULL};
+        const char *k = st[l] != AD_OK && st[1 - l] == AD_OK ? known_defect(c, &w) : NULL;
+        if (k && !known_is_bug(k) && strncmp(k, "loop-", 5)) {
+            c->r->loop_excused++;
+            return 0;
+        }
+    }
+    if (allow && ((st[0] == AD_EOVERFLOW && st[1] == AD_OK) || (st[1] == AD_EOVERFLOW && st[0] == AD_OK))) {
+        c->r->loop_excused++;
+        return 0;
+    }
+    fail(c, driver, "loop-status", (int)st[1], -1, (double)st[0], st[1], 0);
+    return 0;
+}
+
+static void loop_cross_check(check_ctx *c)
+{
+    const prog *q = c->p, *P[2] = {c->run, c->p};
+    size_t n = (size_t)q->n, m = (size_t)q->m;
+    int N = q->n, M = q->m;
+    double fx[2], *g[2], *h[2], *y[2], *A[2], *B[2], *J[2];
+    ad_status st[2];
+    for (int l = 0; l < 2; l++) {
+        g[l] = dalloc(N), h[l] = dalloc(N), y[l] = dalloc(M);
+        A[l] = dalloc(N > M ? N : M), B[l] = dalloc(N > M ? N : M), J[l] = dalloc(N * M);
+    }
+    xent e;
+
+    for (int l = 0; l < 2; l++)
+        st[l] = ad_gradient(fuzz_objective, (void *)P[l], n, q->x, &fx[l], g[l]);
+    if (xstatus(c, "ad_gradient", st, c->over_first))
+        for (int i = 0; i < N; i++)
+            e = xfirst(&c->re[0], i, i), xentry(c, "ad_gradient", i, 0, g[0][i], g[1][i], xscale(g[1], N), &e);
+
+    for (int l = 0; l < 2; l++)
+        st[l] = ad_vjp(fuzz_function, (void *)P[l], n, q->x, m, q->w, y[l], A[l]);
+    if (xstatus(c, "ad_vjp", st, c->over_first))
+        for (int i = 0; i < N; i++)
+            e = xfirst(&c->rw, i, i), xentry(c, "ad_vjp", i, -1, A[0][i], A[1][i], xscale(A[1], N), &e);
+
+    for (int l = 0; l < 2; l++)
+        st[l] = ad_jvp(fuzz_function, (void *)P[l], n, q->x, q->v, m, y[l], A[l]);
+    if (xstatus(c, "ad_jvp", st, c->over_first))
+        for (int j = 0; j < M; j++)
+            e = xfirst(&c->fv, j, q->outs[j]), xentry(c, "ad_jvp", -1, j, A[0][j], A[1][j], xscale(A[1], M), &e);
+
+    for (int l = 0; l < 2; l++)
+        st[l] = ad_jacobian(fuzz_function, (void *)P[l], n, q->x, m, y[l], J[l]);
+    if (xstatus(c, "ad_jacobian", st, c->over_first))
+        for (int j = 0; j < M; j++)
+            for (int i = 0; i < N; i++) {
+                e = c->jac_forward ? xfirst(&c->fe[i], j, q->outs[j]) : xfirst(&c->re[j], i, i);
+                xentry(c, "ad_jacobian", i, j, J[0][j * N + i], J[1][j * N + i], xscale(J[1], N * M), &e);
+            }
+
+    ad_linear *L[2] = {NULL, NULL};
+    for (int l = 0; l < 2; l++)
+        st[l] = ad_linearize(fuzz_function, (void *)P[l], n, q->x, m, y[l], &L[l]);
+    if (xstatus(c, "ad_linearize", st, c->over_first)) {
+        for (int l = 0; l < 2; l++)
+            st[l] = ad_linear_jvp(L[l], q->v, A[l]);
+        if (xstatus(c, "ad_linear_jvp", st, c->over_first))
+            for (int j = 0; j < M; j++)
+                e = xfirst(&c->fv, j, q->outs[j]),
+                xentry(c, "ad_linear_jvp", -1, j, A[0][j], A[1][j], xscale(A[1], M), &e);
+        for (int l = 0; l < 2; l++)
+            st[l] = ad_linear_vjp(L[l], q->w, B[l]);
+        if (xstatus(c, "ad_linear_vjp", st, c->over_first))
+            for (int i = 0; i < N; i++)
+                e = xfirst(&c->rw, i, i), xentry(c, "ad_linear_vjp", i, -1, B[0][i], B[1][i], xscale(B[1], N), &e);
+    }
+    ad_linear_free(L[0]);
+    ad_linear_free(L[1]);
+
+    /* the sparse Jacobian: the structure exactly, the values as a dense matrix */
+    ad_csr S[2];
+    for (int l = 0; l < 2; l++) {
+        st[l] = ad_sparse_jacobian(fuzz_function, (void *)P[l], n, q->x, m, y[l], &S[l]);
+        for (int k = 0; k < N * M; k++)
+            J[l][k] = 0.0;
+    }
+    if (xstatus(c, "ad_sparse_jacobian", st, c->over_first)) {
+        uint32_t *mask = calloc(2 * m + 1, sizeof *mask);
+        for (int l = 0; l < 2; l++)
+            for (int j = 0; j < M; j++)
+                for (size_t k = S[l].row_ptr[j]; k < S[l].row_ptr[j + 1]; k++) {
+                    mask[l * M + j] |= 1u << S[l].col[k];
+                    J[l][j * N + (int)S[l].col[k]] = S[l].val[k];
+                }
+        for (int j = 0; j < M; j++) {
+            if (mask[j] != mask[M + j])
+                fail(c, "ad_sparse_jacobian", "loop-structure", (int)mask[M + j], j, (double)mask[j],
+                     mask[M + j], 0);
+            for (int i = 0; i < N; i++)
+                if ((mask[j] & mask[M + j]) >> i & 1) {
+                    e = xfirst(&c->re[j], i, i);
+                    xentry(c, "ad_sparse_jacobian", i, j, J[0][j * N + i], J[1][j * N + i],
+                           xscale(J[1], N * M), &e);
+                }
+        }
+        free(mask);
+    }
+    for (int l = 0; l < 2; l++)
+        if (st[l] == AD_OK)
+            ad_csr_free(&S[l]);
+
+    if (!c->ext || ext_through_loop(c)) {  /* second order: an external makes both AD_ENOTSUP */
+        int over = second_over(c, 1);
+        for (int l = 0; l < 2; l++)
+            st[l] = ad_hvp(fuzz_objective, (void *)P[l], n, q->x, q->v, &fx[l], g[l], h[l]);
+        if (xstatus(c, "ad_hvp", st, over))
+            for (int i = 0; i < N; i++) {
+                e = xfirst(&c->re[0], i, i);
+                xentry(c, "ad_hvp(grad)", i, 0, g[0][i], g[1][i], xscale(g[1], N), &e);
+                e = xsecond(&c->fe[i], &c->fv, i, -1);
+                xentry(c, "ad_hvp", i, -1, h[0][i], h[1][i], xscale(h[1], N), &e);
+            }
+        double *H[2] = {dalloc(N * N), dalloc(N * N)};
+        over = second_over(c, 0);
+        for (int l = 0; l < 2; l++)
+            st[l] = ad_hessian(fuzz_objective, (void *)P[l], n, q->x, &fx[l], g[l], H[l]);
+        if (xstatus(c, "ad_hessian", st, over))
+            for (int i = 0; i < N; i++) {
+                e = xfirst(&c->re[0], i, i);
+                xentry(c, "ad_hessian(grad)", i, 0, g[0][i], g[1][i], xscale(g[1], N), &e);
+                for (int k = 0; k < N; k++) {
+                    e = xsecond(&c->fe[i < k ? i : k], &c->fe[i < k ? k : i], i < k ? i : k, i < k ? k : i);
+                    xentry(c, "ad_hessian", i, k, H[0][i * N + k], H[1][i * N + k], xscale(H[1], N * N), &e);
+                }
+            }
+        free(H[0]), free(H[1]);
+    }
+    for (int l = 0; l < 2; l++)
+        free(g[l]), free(h[l]), free(y[l]), free(A[l]), free(B[l]), free(J[l]);
+}
+
+void check_program(const prog *run, report *r)
 {
     check_ctx c;
     memset(&c, 0, sizeof c);
     memset(r, 0, sizeof *r);
+    /* The oracle and the checks see the program with its loops written
+     * out; the drivers run the one with loops. */
+    prog unrolled;
+    unroll_info ui;
+    int has_loop = prog_has_loop(run);
+    const prog *p = run;
+    if (has_loop) {
+        prog_unroll(run, &unrolled, &ui);
+        p = &unrolled;
+        c.ui = &ui;
+    }
     c.p = p;
+    c.run = run;
     c.r = r;
     double *val = malloc(((size_t)p->nslots + 1) * sizeof *val);
     int before = fuzz_interp_errors;
     run_double(p, p->x, val);
     c.val = val;
+    if (has_loop)
+        unroll_values(&c);
     lin_build(&c.L, p, val);
     recorded_externals(&c);
+    recorded_loops(&c);
     c.jac_forward = p->n <= p->m && !c.ext_nojvp;
     passes(&c);
     for (int i = 0; i < p->n; i++)
@@ -488,7 +965,10 @@ void check_program(const prog *p, report *r)
     drv_hvp(&c, rows[2]);
     drv_hessian(&c, rows[3]);
     drv_sparse_hessian(&c);
+    cross_hessians(&c);
     zero_signs(&c, rows, c.ext ? 2 : 4, s0_has, s0);
+    if (has_loop)
+        loop_cross_check(&c);
     if (fuzz_interp_errors != before)
         fail(&c, "interpreter", "interp", -1, -1, fuzz_interp_errors - before, 0, 0);
     for (int k = 0; k < 4; k++)
@@ -502,4 +982,11 @@ void check_program(const prog *p, report *r)
     free(c.fe), free(c.re);
     lin_free(&c.L);
     free(val);
+    if (has_loop) {
+        prog_free(&unrolled);
+        unroll_info_free(&ui);
+    }
+    free(c.in_loop);
+    free(c.maker);
+    free(c.loop_top), free(c.loop_up), free(c.top_reached), free(c.loop_down), free(c.top_recd);
 }

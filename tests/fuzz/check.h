@@ -15,12 +15,18 @@ typedef struct failure {
 } failure;
 
 #define FUZZ_KEEP 16
+#define CROSS_COUNTS 10
 
 typedef struct report {
     int nfail, nunknown;            /* failures, and those of no known class */
     failure f[FUZZ_KEEP];           /* the first failures, unknown ones first */
     long checked, range, unsure, second_skipped;
     long overflow;                  /* AD_EOVERFLOW statuses, where the oracle allows them */
+    long loops;                     /* checkpointed loops recorded (top level) */
+    long loop_compared, loop_excused;  /* entries compared with the loop written out; not
+                                          compared (outside an unscaled sweep's range,
+                                          class order-dependent, AD_EOVERFLOW) */
+    long cross[CROSS_COUNTS];       /* cross.c's counts (cross_summary) */
 } report;
 
 void check_program(const prog *p, report *r);
@@ -28,8 +34,19 @@ void check_program(const prog *p, report *r);
 /* known.c */
 typedef struct check_ctx check_ctx;
 const char *known_defect(const check_ctx *c, const failure *f);
+const char *known_defect_among(const check_ctx *c, const failure *f, const char *const *names,
+                               int count);
 int known_count(void);
+int known_is_bug(const char *name);  /* a reported library bug: still a failure */
 const char *known_name(int k);
 const char *known_why(int k);
+
+/* cross.c: ad_hessian against ad_sparse_hessian, and ad_sparse_hessian_values */
+void cross_hessians(check_ctx *c);
+void cross_summary(const long *counts);
+
+/* alloc.c: allocation failure at every count (--alloc) */
+int alloc_campaign(const prog *p, uint64_t seed, uint64_t turn, int verbose);
+int alloc_summary(void);  /* 1: a leak found at the end */
 
 #endif

@@ -5,7 +5,24 @@
 #include "check.h"
 
 struct check_ctx {
-    const prog *p;
+    const prog *p;       /* the program, its loops written out (prog_unroll) */
+    const prog *run;     /* the program the drivers run: p, or the one with loops */
+    const unroll_info *ui;  /* run's slots in p, the steps written out (NULL: run is p) */
+    int loop;            /* run records a checkpointed loop: its sweeps are not
+                            scaled, ad_sparse_hessian is AD_ENOTSUP */
+    unsigned char *in_loop;  /* per slot of p: a record of a step's tape (of a recorded
+                                loop), 1 if it reaches the step's next state (and that of
+                                each step around it), 2 if it does not (computed, not
+                                used); 0: not such a record */
+    int *maker;              /* per slot of p: the instruction that makes it */
+    int *loop_top;           /* per slot with in_loop: its loop's instruction in run */
+    unsigned char *top_reached;  /* per instruction of run: a recorded loop whose outputs
+                                    output 0 reaches (written out) */
+    unsigned char *top_recd;     /* per instruction of run: a recorded loop */
+    unsigned char *loop_up;  /* per slot of p: a record that an argument of such a loop
+                                reads (directly or not) */
+    unsigned char *loop_down;  /* per slot of p: a record that reads (directly or not)
+                                  an output of a recorded loop */
     const double *val;   /* the double run */
     lin L;
     pass *fe, *re;       /* forward passes seeded with e_i, reverse with e_j */

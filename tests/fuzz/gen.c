@@ -5,13 +5,18 @@
  * instruction on double as it appends it), so most derivatives are finite
  * and checked to the tolerance; "edge" programs draw inputs and constants
  * from the edges: +-0, subnormals, 1e-300, 1e300, values whose products
- * pass 2^511 and 2^-1022, poles, Inf and NaN. */
+ * pass 2^511 and 2^-1022, poles, Inf and NaN.  One program in LOOP_SHARE
+ * also holds checkpointed loops, whose steps are programs of their own
+ * (gen_loop, gen_step; README.md, "Checkpointed loops"). */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "prog.h"
+
+/* One program in LOOP_SHARE holds checkpointed loops. */
+#define LOOP_SHARE 6
 
 uint64_t rng_next(rng *r)
 {
@@ -52,6 +57,8 @@ typedef struct gen {
     double *val;   /* the double value of every slot so far */
     int cap_code, cap_args, cap_consts, cap_val;
     int tame, hub, chain;
+    int maxlen;    /* arrays no longer than this (a step program's), 0: any */
+    int loop_depth;  /* 0: the program; 1: a loop's step; 2: a loop's inside a step */
 } gen;
 
 static void *grow(void *a, int *cap, int need, size_t size)
@@ -207,6 +214,8 @@ static void gen_array(gen *g, int op)
 {
     insn in = blank(op);
     in.len = array_len(g);
+    if (g->maxlen && in.len > g->maxlen)
+        in.len = 1 + rng_int(&g->r, g->maxlen);
     if (op >= OP_MATVEC) {
         in.len = in.len > 12 ? 12 : in.len;
         in.rows = rng_int(&g->r, 5);
@@ -308,6 +317,156 @@ static void gen_insn(gen *g, int depth)
     }
 }
 
+/* ---- checkpointed loops ---- */
+
+static void gen_loop(gen *g, int max_steps);
+
+/* The unary operations whose partials are infinite or NaN somewhere
+ * near the edge values: sqrt and log at 0, asin at 1, ... */
+static const int singular[] = {OP_SQRT, OP_CBRT, OP_LOG, OP_LOG2, OP_LOG1P, OP_ASIN, OP_ACOSH,
+                               OP_ATANH, OP_TGAMMA, OP_LGAMMA, OP_FABS};
+
+/* One instruction of a step program: scalar operations, n-ary records
+ * (no blocks), constants of the step (OP_STEPK), branches, and, one level
+ * down, a loop of its own. */
+static void gen_step_insn(gen *g, int outer_steps)
+{
+    int u = rng_int(&g->r, 100);
+    if (u < 40) {
+        int op = !g->tame && rng_int(&g->r, 3) == 0
+                     ? singular[rng_int(&g->r, (int)(sizeof singular / sizeof *singular))]
+                     : OP_FIRST_UNARY + rng_int(&g->r, OP_FIRST_BINARY - OP_FIRST_UNARY);
+        insn in = blank(op);
+        in.a = operand(g, op);
+        append(g, in);
+    } else if (u < 70) {
+        int op = OP_FIRST_BINARY + rng_int(&g->r, OP_FIRST_ARRAY - OP_FIRST_BINARY);
+        insn in = blank(op);
+        in.mode = rng_int(&g->r, 3);
+        in.a = op == OP_POW && g->tame ? operand(g, OP_LOG) : pick(g);
+        in.b = pick(g);
+        in.k = num(g);
+        if (!g->tame && rng_int(&g->r, 4) == 0) {  /* 0 x, -0 x, Inf x */
+            static const double zk[] = {0.0, -0.0, INFINITY, 0x1p-1074};
+            in.op = OP_MUL, in.mode = 1, in.k = zk[rng_int(&g->r, 4)];
+        }
+        if (g->tame && in.op == OP_POW && in.mode == 1)
+            in.k = 3.0 * rng_unit(&g->r) - 1.0;
+        if (g->tame && in.op == OP_POW && in.mode == 0 && fabs(g->val[in.b]) > 5.0)
+            in.mode = 1, in.k = 2.0;
+        if (g->tame && in.op == OP_POW && in.mode == 2)
+            in.k = 0.5 + rng_unit(&g->r), in.a = operand(g, OP_TANH);
+        if (g->tame && in.op == OP_DIV && in.mode != 2 && fabs(g->val[in.b]) < 1e-3)
+            in.mode = 1, in.k = 1.5;
+        append(g, in);
+    } else if (u < 82) {
+        gen_array(g, OP_SUM + rng_int(&g->r, OP_AXPY + 1 - OP_SUM));
+    } else if (u < 89) {
+        insn in = blank(OP_STEPK);
+        in.k = g->tame ? 0.25 * ordinary(&g->r) : num(g);
+        append(g, in);
+    } else if (u < 92 && g->loop_depth == 1 && outer_steps <= 7) {
+        gen_loop(g, 3);  /* nested checkpointing */
+    } else if (u < 95) {
+        insn in = blank(OP_CONST);
+        in.k = num(g);
+        append(g, in);
+    } else {
+        insn in = blank(OP_BRANCH);
+        in.a = pick(g), in.b = pick(g), in.c = pick(g), in.d = pick(g);
+        append(g, in);
+    }
+}
+
+/* The step program of a loop with ns states and np params whose first
+ * state and params are x0: ns + np inputs, ns outputs.  Tame: the
+ * operands are in their domains at x0, and most outputs are bounded
+ * (tanh, sin, atan of what the step computed), so that thirteen steps
+ * stay finite; edge: singular operations, and products with 0 and Inf. */
+static void gen_step(gen *parent, prog *sub, int ns, int np, const double *x0, int steps)
+{
+    gen g;
+    memset(&g, 0, sizeof g);
+    memset(sub, 0, sizeof *sub);
+    g.r.s = rng_next(&parent->r);
+    g.p = sub;
+    g.tame = parent->tame;
+    g.hub = -1;
+    g.maxlen = 6;
+    g.loop_depth = parent->loop_depth + 1;
+    sub->n = ns + np;
+    sub->m = ns;
+    sub->nslots = sub->n;
+    sub->x = malloc(((size_t)sub->n + 1) * sizeof *sub->x);
+    sub->v = calloc((size_t)sub->n + 1, sizeof *sub->v);
+    sub->w = calloc((size_t)sub->m + 1, sizeof *sub->w);
+    g.val = grow(g.val, &g.cap_val, sub->n + 1, sizeof *g.val);
+    for (int i = 0; i < sub->n; i++)
+        g.val[i] = sub->x[i] = x0[i];
+    int count = 1 + rng_int(&g.r, 6);
+    for (int i = 0; i < count; i++)
+        gen_step_insn(&g, steps);
+    sub->outs = malloc(((size_t)ns + 1) * sizeof *sub->outs);
+    for (int i = 0; i < ns; i++) {
+        int u = rng_int(&g.r, 8), s;
+        if (u == 0)
+            s = rng_int(&g.r, sub->n);  /* a state (kept, swapped) or a param */
+        else if (u == 1)
+            s = rng_int(&g.r, sub->nslots);
+        else
+            s = sub->nslots - 1 - rng_int(&g.r, 3 < sub->nslots ? 3 : sub->nslots);
+        if (g.tame && s >= sub->n && rng_int(&g.r, 4) != 0) {
+            static const int bound[] = {OP_TANH, OP_SIN, OP_ATAN};
+            insn in = blank(bound[rng_int(&g.r, 3)]);
+            in.a = s;
+            s = append(&g, in);
+        }
+        sub->outs[i] = s;
+    }
+    free(g.val);
+}
+
+/* A loop of 1 to 4 states and 0 to 2 params, read from the program so
+ * far; 0, 1, 2, 3, 7 or 13 steps (at most max_steps), the default
+ * snapshot count or 1, 2, steps, more than steps. */
+static void gen_loop(gen *g, int max_steps)
+{
+    static const int step_counts[] = {0, 1, 2, 3, 7, 13};
+    prog *p = g->p;
+    insn in = blank(OP_LOOP);
+    int ns = 1 + rng_int(&g->r, 4), np = rng_int(&g->r, 3);
+    in.len = ns, in.rows = np, in.nout = ns;
+    int nc = 0;
+    while (nc < 6 && step_counts[nc] <= max_steps)
+        nc++;
+    in.steps = step_counts[rng_int(&g->r, nc)];
+    int u = rng_int(&g->r, 5);
+    in.snaps = u == 0 ? 0 : u == 1 ? 1 : u == 2 ? 2 : u == 3 ? in.steps : in.steps + 1 + rng_int(&g->r, 3);
+    fill_args(g, &in, ns + np);
+    double *x0 = malloc(((size_t)(ns + np) + 1) * sizeof *x0);
+    for (int i = 0; i < ns + np; i++)
+        x0[i] = g->val[p->args[in.arg + i]];
+    in.sub = p->nsubs;
+    p->subs = realloc(p->subs, (size_t)(p->nsubs + 1) * sizeof *p->subs);
+    prog *sub = &p->subs[p->nsubs++];
+    gen_step(g, sub, ns, np, x0, in.steps);
+    free(x0);
+    int out = append(g, in);
+    /* Edge programs: an output of the loop with a zero cotangent beside
+     * another, a_N + 0 b_N (docs/conventions.md, "NaN and Inf"). */
+    if (!g->tame && ns > 1 && rng_int(&g->r, 2)) {
+        insn z = blank(OP_MUL);
+        z.mode = 1;
+        z.a = out + rng_int(&g->r, ns);
+        z.k = rng_int(&g->r, 2) ? 0.0 : -0.0;
+        int zs = append(g, z);
+        insn a = blank(OP_ADD);
+        a.a = out + rng_int(&g->r, ns);
+        a.b = zs;
+        append(g, a);
+    }
+}
+
 /* size_hint < 0: a nested objective with -size_hint inputs and one output,
  * no externals or nesting of its own (the top bits of seed: depth). */
 void gen_program(prog *p, uint64_t seed, int size_hint)
@@ -339,8 +498,15 @@ void gen_program(prog *p, uint64_t seed, int size_hint)
     int count = depth ? 1 + rng_int(&g.r, 5)
               : g.chain ? 50 + rng_int(&g.r, 200)
               : size_hint > 0 ? 1 + rng_int(&g.r, size_hint) : 1 + rng_int(&g.r, 30);
+    /* Checkpointed loops, in one program of LOOP_SHARE, from a stream of
+     * their own: the other programs are those of a fuzzer without loops. */
+    rng lr = {seed ^ 0x2545f4914f6cdd1dU};
+    int loops = !depth && rng_int(&lr, LOOP_SHARE) == 0, first_loop = rng_int(&lr, count), nloops = 0;
     for (int i = 0; i < count; i++) {
-        if (depth && rng_int(&g.r, 3) == 0)
+        if (loops && nloops < 3 && (i == first_loop || rng_int(&lr, 15) == 0)) {
+            gen_loop(&g, 13);
+            nloops++;
+        } else if (depth && rng_int(&g.r, 3) == 0)
             gen_array(&g, OP_SUM + rng_int(&g.r, OP_MATVEC - OP_SUM));
         else if (depth)
             gen_insn(&g, 1);

@@ -130,6 +130,76 @@ static ad_real binary_rr(int op, ad_real a, ad_real b) { switch (op) { BINARY_CA
 static ad_real binary_rd(int op, ad_real a, double b) { switch (op) { BINARY_CASES(a, b) } }
 static ad_real binary_dr(int op, double a, ad_real b) { switch (op) { BINARY_CASES(a, b) } }
 
+/* ---- checkpointed loops: on double the loop is run; on ad_real it is
+ * ad_checkpointed_loop with a step function that runs the step program
+ * on the values the library gives it ---- */
+
+long fuzz_step_k;
+long fuzz_step_evals;
+
+static void run_d(const prog *p, double *s, int j0, int j1);
+static void run_r(const prog *p, ad_real *s, int j0, int j1);
+
+static void loop_d(const prog *p, const insn *in, double *s)
+{
+    const prog *sub = &p->subs[in->sub];
+    int ns = in->len, np = in->rows;
+    double *t = malloc(((size_t)sub->nslots + 1) * sizeof *t);
+    double *cur = malloc(((size_t)ns + 1) * sizeof *cur);
+    for (int i = 0; i < ns; i++)
+        cur[i] = s[p->args[in->arg + i]];
+    long saved = fuzz_step_k;
+    for (int k = 0; k < in->steps; k++) {
+        for (int i = 0; i < ns; i++)
+            t[i] = cur[i];
+        for (int i = 0; i < np; i++)
+            t[ns + i] = s[p->args[in->arg + ns + i]];
+        fuzz_step_k = k;
+        run_d(sub, t, 0, sub->ncode);
+        for (int i = 0; i < ns; i++)
+            cur[i] = t[sub->outs[i]];
+    }
+    fuzz_step_k = saved;
+    for (int i = 0; i < ns; i++)
+        s[in->out + i] = cur[i];
+    free(t);
+    free(cur);
+}
+
+/* ad_step_fn: ctx is the step program. */
+static void fuzz_step(size_t k, const ad_real *state, ad_real *next, size_t n,
+                      const ad_real *params, size_t np, void *ctx)
+{
+    const prog *sub = ctx;
+    ad_real *t = malloc(((size_t)sub->nslots + 1) * sizeof *t);
+    for (size_t i = 0; i < n; i++)
+        t[i] = state[i];
+    for (size_t i = 0; i < np; i++)
+        t[n + i] = params[i];
+    long saved = fuzz_step_k;
+    fuzz_step_k = (long)k;
+    fuzz_step_evals++;
+    run_r(sub, t, 0, sub->ncode);
+    fuzz_step_k = saved;
+    for (size_t i = 0; i < n; i++)
+        next[i] = t[sub->outs[i]];
+    free(t);
+}
+
+static void loop_r(const prog *p, const insn *in, ad_real *s)
+{
+    const prog *sub = &p->subs[in->sub];
+    int ns = in->len, np = in->rows;
+    ad_real *x = malloc(((size_t)(ns + np) + 1) * sizeof *x);
+    for (int i = 0; i < ns + np; i++)
+        x[i] = s[p->args[in->arg + i]];
+    ad_status st = ad_checkpointed_loop(fuzz_step, (void *)sub, (size_t)in->steps, (size_t)in->snaps,
+                                        (size_t)ns, x, (size_t)np, np ? x + ns : NULL, s + in->out);
+    if (st != AD_OK)
+        fuzz_interp_errors++;
+    free(x);
+}
+
 /* ---- the two instantiations ---- */
 
 static void external_d(const ad_rule *rule, int n, const double *x, int m, double *y)
@@ -152,7 +222,9 @@ static void external_r(const ad_rule *rule, int n, const ad_real *x, int m, ad_r
 #define nest_value nest_value_d
 #define MATVEC_RR ad_matvec_d
 #define EXTERNAL external_d
+#define LOOP loop_d
 #include "interp_body.h"
+#undef LOOP
 #undef T
 #undef RUN
 #undef unary
@@ -169,6 +241,7 @@ static void external_r(const ad_rule *rule, int n, const ad_real *x, int m, ad_r
 #define nest_value nest_value_r
 #define MATVEC_RR ad_matvec_rr
 #define EXTERNAL external_r
+#define LOOP loop_r
 #include "interp_body.h"
 
 void run_double(const prog *p, const double *x, double *slots)

@@ -16,6 +16,9 @@ static void RUN(const prog *p, T *s, int j0, int j1)
         case OP_CONST: o[0] = AD_CONST(T, in->k); continue;
         case OP_BRANCH: o[0] = ad_value(s[in->a]) < ad_value(s[in->b]) ? s[in->c] : s[in->d]; continue;
         case OP_NEST: o[0] = AD_CONST(T, nest_value(p, in, s)); continue;
+        case OP_STEPK: o[0] = AD_CONST(T, stepk_value(in->k, fuzz_step_k)); continue;
+        case OP_LOOP: LOOP(p, in, s); continue;
+        case OP_LOOPOUT: o[0] = s[in->a]; continue;
         default: break;
         }
         if (in->op < OP_FIRST_BINARY) {

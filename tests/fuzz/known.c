@@ -6,6 +6,7 @@
  * `fuzz --strict` ignores this list. */
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check_ctx.h"
@@ -218,9 +219,12 @@ static int matrix_constant_row(const check_ctx *c, const failure *f)
     int second = mode == '2' || !strcmp(f->driver, "ad_hessian(grad)") || !strcmp(f->driver, "ad_hvp(grad)");
     if ((mode != 'f' && !second) || (strcmp(f->kind, "class") && strcmp(f->kind, "value")))
         return 0;
-    for (int s = 0; s < c->L.nslots; s++)
-        if (c->L.recd[s] && !c->L.active[s])
-            return 1;
+    for (int j = 0; j < c->p->ncode; j++) {  /* a phantom row of a product (not a loop's output) */
+        const insn *in = &c->p->code[j];
+        for (int s = in->out; (in->op == OP_MAT_VEC || in->op == OP_MAT_SQNORM) && s < in->out + in->nout; s++)
+            if (c->L.recd[s] && !c->L.active[s])
+                return 1;
+    }
     return 0;
 }
 
@@ -438,30 +442,248 @@ static int doc_prod_second(const check_ctx *c, const failure *f)
     return 0;
 }
 
+/* ---- checkpointed loops (the program's loops against the same loops
+ * written out, c->p; c->in_loop marks the slots their steps make) ---- */
+
+static int second_driver(const check_ctx *c, const failure *f)
+{
+    return failure_mode(c, f) == '2' || !strcmp(f->driver, "ad_hvp(grad)") ||
+           !strcmp(f->driver, "ad_hessian(grad)");
+}
+
+/* Slot s, a record of a step's tape, or what it reads, is not finite: its
+ * value, a partial or second partial (whether or not the loop written out
+ * records it), an argument's value, or an argument's tangent in a lane of
+ * the second-order drivers (e_i or v). */
+static int nonfinite_at(const check_ctx *c, int s)
+{
+    const prog *p = c->p;
+    const insn *in = &p->code[c->maker[s]];
+    if (!isfinite(c->val[s]) || oracle_singular(&c->L, in, s))
+        return 1;
+    int buf[512], *reads = prog_nargs(in) + 2 <= 512 ? buf : malloc(((size_t)prog_nargs(in) + 2) * sizeof *reads);
+    int nr = insn_reads(p, in, c->val, reads), bad = 0;
+    for (int t = 0; t < nr && !bad; t++) {
+        int k = reads[t];
+        bad = !isfinite(c->val[k]);
+        for (int lane = 0; lane <= p->n && !bad; lane++) {
+            const pass *U = lane < p->n ? &c->fe[lane] : &c->fv;
+            bad = U->on[k] && nonfinite_d(U->t[k]);
+        }
+    }
+    if (reads != buf)
+        free(reads);
+    /* a term of the sweeps past the double range: a partial times a lane's
+     * tangent, a second partial times two */
+    const lin *L = &c->L;
+    for (int lane = 0; lane <= p->n && !bad; lane++) {
+        const pass *U = lane < p->n ? &c->fe[lane] : &c->fv;
+        for (int e = L->e0[s]; e < L->e0[s + 1] && !bad; e++)
+            bad = U->on[L->e[e].from] && nonfinite_d(L->e[e].p * U->t[L->e[e].from]);
+        for (int h = L->h0[s]; h < L->h0[s + 1] && !bad; h++) {
+            int k = L->e[L->e0[s] + L->h[h].k].from, l = L->e[L->e0[s] + L->h[h].l].from;
+            ld p2 = L->h[h].p2;  /* in any grouping: t t, p2 t, p2 t t */
+            bad = U->on[k] && U->on[l] &&
+                  (nonfinite_d(p2 * U->t[k] * U->t[l]) || nonfinite_d(U->t[k] * U->t[l]) ||
+                   nonfinite_d(p2 * U->t[k]) || nonfinite_d(p2 * U->t[l]));
+        }
+    }
+    return bad;
+}
+
+/* A second-order result that is NaN (or AD_EOVERFLOW: a product that
+ * overflows on the way) where a record that output 0 of the loop written
+ * out does not reach meets a non-finite quantity: a record of a step's
+ * tape that reaches its step's next state (a step applies only what its
+ * outputs reach), or one that an argument of the loop reads (the loop
+ * takes them all as reached).  The loop's outputs must be reached (or it
+ * takes no part). */
+static int loop_second_unreached(const check_ctx *c, const failure *f)
+{
+    int nan = f->got != f->got && (!strcmp(f->kind, "class") || !strcmp(f->kind, "loop-class"));
+    int over = f->got == (double)AD_EOVERFLOW && (!strcmp(f->kind, "status") || !strcmp(f->kind, "loop-status"));
+    if (!c->in_loop || !second_driver(c, f) || !(nan || over))
+        return 0;
+    for (int s = c->L.n; s < c->L.nslots; s++) {
+        if (c->L.omask[s] & 1)
+            continue;
+        int step = c->in_loop[s] == 1 && c->top_reached[c->loop_top[s]];
+        int arg = c->loop_up[s] && c->L.recd[s];
+        if ((step || arg) && nonfinite_at(c, s))
+            return 1;
+    }
+    return 0;
+}
+
+/* Documented (conventions.md, "Where the drivers still differ"): under
+ * second order a loop takes every output as reached and every argument as
+ * reached by it, so the zero cotangent of an output that the loop written
+ * out does not reach meets the steps' non-finite partials, and those of
+ * what its arguments read. */
+static int loop_second_reach(const check_ctx *c, const failure *f)
+{
+    return loop_second_unreached(c, f);
+}
+
+/* 2k. AD_EOVERFLOW from a reverse sweep whose last pass overflowed in a
+ * block's rule (a recorded matrix's, an external function's): the rule
+ * works on whole rows (the products of rows nothing reaches, of constant
+ * entries, ad_mat_sqnorm's 2 y A), or by its own formula, which the oracle
+ * does not model; a product that overflows there and then meets a zero
+ * (a constant zero entry, a zero partial further down) is NaN where the
+ * oracle's paths leave it out.  The class needs a block and a value or
+ * constant of 2^400 or more in the program, for a product of it with a
+ * cotangent to pass the range. */
+static int big(double v)
+{
+    return fabs(v) >= 0x1p400;
+}
+
+static int rule_overflow(const check_ctx *c, const failure *f)
+{
+    if (strcmp(f->kind, "status") || f->got != (double)AD_EOVERFLOW || failure_mode(c, f) != 'r')
+        return 0;
+    int block = 0, large = 0;
+    for (int j = 0; j < c->p->ncode; j++) {
+        int op = c->p->code[j].op;
+        block |= op == OP_MAT_VEC || op == OP_MAT_SQNORM || op == OP_EXTERNAL;
+    }
+    for (int k = 0; k < c->p->nslots && !large; k++)
+        large = big(c->val[k]);
+    for (int k = 0; k < c->p->nconsts && !large; k++)
+        large = big(c->p->consts[k]);
+    return block && large;
+}
+
+/* Reported (a library bug, or a limit to document beside
+ * matrix-constant-row): a recorded loop's output that its step makes a
+ * constant (a param, a constant) is a record, whose tangent in the
+ * second-order drivers' lanes is 0; and a loop's argument that is a
+ * constant is an input of each step's tape, of tangent 0 there too.  A
+ * non-finite partial with respect to either (sqrt(-0) of such an output,
+ * sqnorm's 2 x at a constant state entry x = -Inf) makes NaN of ad_hvp's
+ * and ad_hessian's results, where the loop written out (a constant there)
+ * gives a number.  First order is exact (the loop's forward rule says
+ * which outputs its arguments reach). */
+static int loop_phantom_second(const check_ctx *c, const failure *f)
+{
+    int nan = f->got != f->got && (!strcmp(f->kind, "class") || !strcmp(f->kind, "loop-class"));
+    if (!c->loop_down || !second_driver(c, f) || !nan)
+        return 0;
+    const prog *p = c->p;
+    int buf[512];
+    for (int s = c->L.n; s < c->L.nslots; s++) {
+        const insn *in = &p->code[c->maker[s]];
+        if (c->loop_down[s] && c->L.recd[s] && !c->L.active[s] &&
+            (!isfinite(c->val[s]) || oracle_singular(&c->L, in, s)))
+            return 1;  /* what a constant output of a loop reaches */
+        if (!c->in_loop[s] || prog_nargs(in) + 2 > 512)
+            continue;
+        int nr = insn_reads(p, in, c->val, buf);  /* a step's record reading a constant */
+        for (int t = 0; t < nr; t++)
+            if (!c->L.active[buf[t]] && (!isfinite(c->val[buf[t]]) || oracle_singular(&c->L, in, s)))
+                return 1;
+    }
+    return 0;
+}
+
+/* Oracle limit: a recorded loop's output that the step makes a constant
+ * is a record all the same (docs/api.md), a phantom the oracle's passes
+ * do not follow, nor what is computed from it; and inside a step
+ * everything computed from its state and params is a record of the step's
+ * tape, though written out it may be a constant.  A record of either kind
+ * with a partial near or past the range (DBL_MAX x the phantom in a
+ * product; atan2(2e-308, b) at b = -0 in a step) gives a cotangent that
+ * overflows, and a sweep with non-finite results then reports
+ * AD_EOVERFLOW (the steps' sweeps report their own), which the oracle's
+ * range model cannot foresee.  Far out: a magnitude above 1e150 (weights
+ * reach 1e200) among the record's value, operands, constants and
+ * partials. */
+static int loop_phantom_range(const check_ctx *c, const failure *f)
+{
+    if (!c->loop_down || f->got != (double)AD_EOVERFLOW || (strcmp(f->kind, "status") && strcmp(f->kind, "loop-status")))
+        return 0;
+    const prog *p = c->p;
+    int buf[512];
+    for (int s = p->n; s < p->nslots; s++) {
+        const insn *in = &p->code[c->maker[s]];
+        if (!c->L.recd[s] && !c->in_loop[s])
+            continue;
+        if (prog_nargs(in) + 2 > 512 || in->op == OP_LOOPOUT)
+            continue;
+        int nr = insn_reads(p, in, c->val, buf), phantom = c->in_loop[s] && !c->L.active[s];
+        double big = fabs(c->val[s]);
+        for (int t = 0; t < nr; t++) {
+            int r = buf[t];
+            phantom |= c->loop_down[r] && c->L.recd[r] && !c->L.active[r];
+            big = fmax(big, fabs(c->val[r]));
+        }
+        if (in->op >= OP_FIRST_BINARY && in->op < OP_FIRST_ARRAY && in->mode != 0)
+            big = fmax(big, fabs(in->k));
+        int nc = in->op == OP_DOT_RD ? in->len : in->op == OP_MATVEC ? in->rows * in->len : 0;
+        for (int t = 0; t < nc; t++)
+            big = fmax(big, fabs(p->consts[in->cst + t]));
+        if (phantom && (!(big <= 1e150) || !(oracle_partial_max(&c->L, in, s) <= 1e150) ||
+                        oracle_singular(&c->L, in, s)))
+            return 1;
+    }
+    return 0;
+}
+
+/* 2l, 2m. The dense Hessian NaN where the sparse one has no pair (cross.c
+ * names the cause in the failure's kind): forward over reverse forms a
+ * tangent term of an infinite first partial, or of a cotangent past the
+ * range, times 0, which edge pushing never forms. */
+static int second_inf_partial(const check_ctx *c, const failure *f)
+{
+    (void)c;
+    return !strcmp(f->kind, "structure(0 x Inf: partial)");
+}
+
+static int second_cotangent_overflow(const check_ctx *c, const failure *f)
+{
+    (void)c;
+    return !strcmp(f->kind, "structure(0 x Inf: cotangent)");
+}
+
 typedef struct known {
     const char *name, *why;
     int (*match)(const check_ctx *, const failure *);
+    int bug;  /* a library bug, reported: named, but still a failure */
 } known;
 
 static const known list[] = {
-    {"forward-structural-zero", "documented (conventions.md, where the drivers still differ): a lane's zero tangent into an infinite partial in a multi-lane forward sweep", forward_structural},
-    {"matrix-constant-row", "documented (conventions.md, where the drivers still differ): a product row of constant entries is a record with tangent 0", matrix_constant_row},
-    {"matrix-shape-by-type", "documented (conventions.md, where the drivers still differ): ad_mat_make finds a triangle from values on double, from constness on ad_real", shape_by_type},
-    {"subnormal-partial-flush", "documented (conventions.md, where the drivers still differ): atan2 partials that are subnormal come out 0 far out; atan and tanh fixed", subnormal_partial},
-    {"fmin-fmax-signed-zero", "documented (conventions.md, where the drivers still differ): fmin/fmax(+0, -0) sign differs between the double and ad_real forms", select_signed_zero},
-    {"doc-limit-pow-second", "documented limit (conventions.md): pow's second partial where a^(b-2) overflows", doc_pow_second},
-    {"hypot-second-subnormal", "documented (conventions.md, where the drivers still differ): hypot's second partials lose digits through a subnormal squared ratio", hypot_second_subnormal},
-    {"second-order-underflow", "documented (conventions.md, where the drivers still differ): second-order tangents are unscaled; a term below 2^-1074 is lost (asymmetric Hessian)", second_underflow},
-    {"doc-limit-pow-db-overflow", "documented limit (conventions.md): d/db a^b where a^b overflows but log(a) a^b does not", doc_pow_db},
-    {"doc-limit-prod-second", "documented limit (conventions.md): ad_prod's second partials are unscaled", doc_prod_second},
-    {"pow-subnormal-partial", "documented (conventions.md, overflow and underflow): pow's b a^(b-1) below DBL_MIN comes out 0", pow_subnormal_partial},
-    {"oracle-mat-sqnorm-range", "oracle limit: ad_mat_sqnorm's 2 y A products past the double range are not modelled as out of range", mat_sqnorm_range},
-    {"dead-records", "documented (conventions.md, where the drivers still differ): inside a matrix block, rows nothing reaches still give 0 x Inf", dead_records},
+    {"forward-structural-zero", "documented (conventions.md, where the drivers still differ): a lane's zero tangent into an infinite partial in a multi-lane forward sweep", forward_structural, 0},
+    {"matrix-constant-row", "documented (conventions.md, where the drivers still differ): a product row of constant entries is a record with tangent 0", matrix_constant_row, 0},
+    {"matrix-shape-by-type", "documented (conventions.md, where the drivers still differ): ad_mat_make finds a triangle from values on double, from constness on ad_real", shape_by_type, 0},
+    {"subnormal-partial-flush", "documented (conventions.md, where the drivers still differ): atan2 partials that are subnormal come out 0 far out; atan and tanh fixed", subnormal_partial, 0},
+    {"fmin-fmax-signed-zero", "documented (conventions.md, where the drivers still differ): fmin/fmax(+0, -0) sign differs between the double and ad_real forms", select_signed_zero, 0},
+    {"doc-limit-pow-second", "documented limit (conventions.md): pow's second partial where a^(b-2) overflows", doc_pow_second, 0},
+    {"hypot-second-subnormal", "documented (conventions.md, where the drivers still differ): hypot's second partials lose digits through a subnormal squared ratio", hypot_second_subnormal, 0},
+    {"second-order-underflow", "documented (conventions.md, where the drivers still differ): second-order tangents are unscaled; a term below 2^-1074 is lost (asymmetric Hessian)", second_underflow, 0},
+    {"doc-limit-pow-db-overflow", "documented limit (conventions.md): d/db a^b where a^b overflows but log(a) a^b does not", doc_pow_db, 0},
+    {"doc-limit-prod-second", "documented limit (conventions.md): ad_prod's second partials are unscaled", doc_prod_second, 0},
+    {"pow-subnormal-partial", "documented (conventions.md, overflow and underflow): pow's b a^(b-1) below DBL_MIN comes out 0", pow_subnormal_partial, 0},
+    {"oracle-mat-sqnorm-range", "oracle limit: ad_mat_sqnorm's 2 y A products past the double range are not modelled as out of range", mat_sqnorm_range, 0},
+    {"dead-records", "documented (conventions.md, where the drivers still differ): inside a matrix block, rows nothing reaches still give 0 x Inf", dead_records, 0},
+    {"second-order-inf-partial", "documented (conventions.md, where the drivers still differ): ad_hessian multiplies an infinite first partial's tangent term by 0 (NaN) where edge pushing has no pair", second_inf_partial, 0},
+    {"second-order-cotangent-overflow", "documented (conventions.md, where the drivers still differ): ad_hessian/ad_hvp give NaN with AD_OK where a cotangent past the range meets a zero (no AD_EOVERFLOW from second-order overflow)", second_cotangent_overflow, 0},
+    {"rule-overflow", "documented (conventions.md, where the drivers still differ): a block's rule overflows on products that reach no result, and a reverse sweep reports AD_EOVERFLOW", rule_overflow, 0},
+    {"oracle-loop-phantom-range", "oracle limit: a loop's output that its step makes constant is a record, and so is all a step computes; a partial past the range there overflows a cotangent the oracle's range model does not follow (AD_EOVERFLOW)", loop_phantom_range, 0},
+    {"loop-second-order-reach", "documented (conventions.md, where the drivers still differ): under second order a checkpointed loop takes every output as reached; a zero cotangent meets the steps' non-finite partials", loop_second_reach, 0},
+    {"loop-constant-output-second", "documented (conventions.md, where the drivers still differ): a loop's output that its step makes constant is a record of tangent 0, a constant argument a step input of tangent 0; under second order a non-finite partial with respect to them gives NaN (first order is exact)", loop_phantom_second, 0},
 };
 
 #define NKNOWN ((int)(sizeof list / sizeof list[0]))
 
 int known_count(void) { return NKNOWN; }
+int known_is_bug(const char *name)
+{
+    for (int k = 0; name && k < NKNOWN; k++)
+        if (!strcmp(list[k].name, name))
+            return list[k].bug;
+    return 0;
+}
 const char *known_name(int k) { return list[k].name; }
 const char *known_why(int k) { return list[k].why; }
 
@@ -472,5 +694,19 @@ const char *known_defect(const check_ctx *c, const failure *f)
     for (int k = 0; k < NKNOWN; k++)
         if (list[k].match(c, f))
             return list[k].name;
+    return NULL;
+}
+
+/* The first class that matches among `names` (cross.c: only some classes
+ * explain a difference between two drivers), or NULL. */
+const char *known_defect_among(const check_ctx *c, const failure *f, const char *const *names,
+                               int count)
+{
+    if (fuzz_strict)
+        return NULL;
+    for (int k = 0; k < NKNOWN; k++)
+        for (int q = 0; q < count; q++)
+            if (!strcmp(list[k].name, names[q]) && list[k].match(c, f))
+                return list[k].name;
     return NULL;
 }

@@ -1,7 +1,7 @@
 /* The differential fuzzer's command line.
  *
  *   fuzz [--count N] [--seed S] [--seconds T] [--strict] [--show SEED] [--quiet]
- *        [--list-known]
+ *        [--list-known] [--alloc N] [--alloc-only N]
  *
  * Runs programs with seeds S, S+1, ... (N of them, or for T seconds),
  * prints each failing seed with its failures and a shrunk program, counts
@@ -9,7 +9,9 @@
  * as failures), and exits 1 if any failure is of no known class.  --show
  * prints one program, its failures and the first one shrunk (known or
  * not); --list-known prints the seeds of programs whose failures are all
- * known, with the class of the first. */
+ * known, with the class of the first.  --alloc N also runs every N-th
+ * seed's allocation-failure campaign (alloc.c); --alloc-only N runs only
+ * that. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -25,7 +27,9 @@ extern const char *shrink_class;
 
 typedef struct totals {
     long programs, failing, unknown, checked, range, unsure, second, overflow;
-    long known[16];
+    long known[32];
+    long loops, loop_compared, loop_excused;
+    long cross[CROSS_COUNTS];
 } totals;
 
 static double now(void)
@@ -59,13 +63,13 @@ static void show_shrunk(const prog *p, const report *r, int any)
 {
     const failure *f = NULL;
     for (int k = 0; k < FUZZ_KEEP && k < r->nfail && !f; k++)
-        if (!r->f[k].known || any)
+        if (!r->f[k].known || known_is_bug(r->f[k].known) || any)
             f = &r->f[k];
     if (!f)
         return;
     prog t;
     prog_copy(&t, p);
-    shrink_class = any ? f->known : NULL;  /* a known failure keeps its class */
+    shrink_class = any || known_is_bug(f->known) ? f->known : NULL;  /* a known failure keeps its class */
     shrink(&t, f->driver, f->kind);
     shrink_class = NULL;
     printf("  shrunk program (%s %s):\n", f->driver, f->kind);
@@ -77,18 +81,29 @@ static void show_shrunk(const prog *p, const report *r, int any)
 }
 
 static int list_known;  /* --list-known: print the seeds of known failures too */
+static long alloc_every;  /* --alloc N: every N-th seed's allocation-failure campaign (alloc.c) */
+static int alloc_only;    /* --alloc-only N: that campaign, without the differential checks */
 
 static void one(uint64_t seed, totals *T, int verbose, int quiet)
 {
     prog p;
     report r;
     gen_program(&p, seed, 0);
-    check_program(&p, &r);
+    if (alloc_only)
+        memset(&r, 0, sizeof r);
+    else
+        check_program(&p, &r);
     T->programs++;
     T->checked += r.checked, T->range += r.range, T->unsure += r.unsure, T->second += r.second_skipped;
     T->overflow += r.overflow;
+    T->loops += r.loops, T->loop_compared += r.loop_compared, T->loop_excused += r.loop_excused;
+    for (int q = 0; q < CROSS_COUNTS; q++)
+        T->cross[q] += r.cross[q];
     T->failing += r.nfail > 0;
     T->unknown += r.nunknown > 0;
+    if (alloc_every && seed % (uint64_t)alloc_every == 0 &&
+        alloc_campaign(&p, seed, seed / (uint64_t)alloc_every, verbose))
+        T->failing += !r.nfail, T->unknown += !r.nunknown;
     int n = r.nfail < FUZZ_KEEP ? r.nfail : FUZZ_KEEP;
     for (int k = 0; k < n; k++)
         for (int c = 0; c < known_count(); c++)
@@ -125,8 +140,10 @@ int main(int argc, char **argv)
         else if (!strcmp(o, "--strict")) fuzz_strict = 1;
         else if (!strcmp(o, "--quiet")) quiet = 1;
         else if (!strcmp(o, "--list-known")) list_known = 1;
+        else if (!strcmp(o, "--alloc")) alloc_every = atol(v), a++;
+        else if (!strcmp(o, "--alloc-only")) alloc_every = atol(v), alloc_only = 1, a++;
         else {
-            fprintf(stderr, "usage: %s [--count N] [--seed S] [--seconds T] [--strict] [--show SEED] [--quiet] [--list-known]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--count N] [--seed S] [--seconds T] [--strict] [--show SEED] [--quiet] [--list-known] [--alloc N] [--alloc-only N]\n", argv[0]);
             return 2;
         }
     }
@@ -145,9 +162,14 @@ int main(int argc, char **argv)
            "out of range)\n",
            T.programs, seed, dt, (double)T.programs / (dt > 0 ? dt : 1), T.checked, T.range, T.unsure,
            T.second, T.overflow);
+    printf("fuzz: checkpointed loops: %ld recorded, %ld step evaluations; against the loops written out "
+           "%ld entries compared, %ld not (outside an unscaled sweep's range, order-dependent class, "
+           "AD_EOVERFLOW)\n", T.loops, fuzz_step_evals, T.loop_compared, T.loop_excused);
     for (int c = 0; c < known_count(); c++)
         if (T.known[c])
             printf("fuzz: known defect %s: %ld failures (%s)\n", known_name(c), T.known[c], known_why(c));
+    cross_summary(T.cross);
+    T.unknown += alloc_summary();  /* a leak found by the last check */
     printf("fuzz: %ld programs failed, %ld of them of no known class\n", T.failing, T.unknown);
     return T.unknown ? 1 : 0;
 }

@@ -730,6 +730,12 @@ static uint32_t args_smask(const lin *L, const insn *in, int o)
 static void mark_recorded(lin *L, const insn *in)
 {
     int any = 0;
+    if (in->op == OP_LOOPOUT) {  /* the library's loop: every output a record */
+        for (int i = 0; in->steps > 0 && i < in->len; i++)
+            any |= L->recd[L->p->args[in->arg + i]];
+        L->recd[in->out] = L->active[in->out] || L->recd[in->a] || any;
+        return;
+    }
     if (in->op == OP_BRANCH)
         any = L->recd[L->val[in->a] < L->val[in->b] ? in->c : in->d];
     else if (in->op >= OP_FIRST_UNARY && in->op < OP_FIRST_ARRAY)
@@ -816,10 +822,12 @@ void lin_build(lin *L, const prog *p, const double *val)
             L->nslots_built = s;
             if (in->op >= OP_FIRST_ARRAY)
                 array_edges(L, in, s, 64);
+            else if (in->op == OP_LOOPOUT)
+                edge_add(L, in->a, 1, 0);
             else if (in->op != OP_CONST && in->op != OP_NEST)
                 scalar_edges(L, in, s);
             int one = L->ne - L->e0[s] == 1;
-            if (one && (in->op == OP_BRANCH || (in->op == OP_ADD && in->mode != 0) ||
+            if (one && (in->op == OP_BRANCH || in->op == OP_LOOPOUT || (in->op == OP_ADD && in->mode != 0) ||
                         (in->op == OP_SUB && in->mode == 1) ||
                         ((in->op == OP_ADD || in->op == OP_SUB) && in->mode == 0 && L->e[L->e0[s]].p == 1)))
                 L->e[L->e0[s]].alias = 1;
@@ -841,6 +849,57 @@ void lin_build(lin *L, const prog *p, const double *val)
     for (int s = p->nslots - 1; s >= 0; s--)
         for (int i = L->e0[s]; i < L->e0[s + 1]; i++)
             L->omask[L->e[i].from] |= L->omask[s];
+}
+
+int oracle_singular(const lin *L, const insn *in, int s)
+{
+    const double *val = L->val;
+    if (in->op >= OP_FIRST_UNARY && in->op < OP_FIRST_BINARY) {
+        part r = unary(in->op, val[in->a], val[s]);
+        return !isfinite((double)r.p) || !isfinite((double)r.p2);
+    }
+    if (in->op >= OP_FIRST_BINARY && in->op < OP_FIRST_ARRAY) {
+        double a = in->mode == 2 ? in->k : val[in->a];
+        double b = in->mode == 0 ? val[in->b] : in->mode == 1 ? in->k : val[in->a];
+        part2 r = binary(in->op, a, b, val[s]);
+        int bad = 0, two = in->op == OP_POW || in->op == OP_DIV;
+        for (int i = 0; i < 2; i++)
+            bad |= !isfinite((double)r.p[i]);
+        for (int i = 0; i < 3; i++)  /* pow's and division's out of the normal range: NaN */
+            bad |= !isfinite((double)r.h[i]) || (two && r.h[i] != 0 && fabsl(r.h[i]) < (ld)DBL_MIN);
+        return bad;
+    }
+    if (in->op >= OP_FIRST_ARRAY) {  /* a non-finite element; a product's partials, large ones */
+        int na = prog_nargs(in), prod = in->op == OP_PROD || in->op == OP_SQNORM || in->op == OP_DOT;
+        for (int i = 0; i < na; i++) {
+            double x = val[L->p->args[in->arg + i]];
+            if (!isfinite(x) || (prod && fabs(x) >= 1e150))
+                return 1;
+        }
+    }
+    return 0;
+}
+
+ld oracle_partial_max(const lin *L, const insn *in, int s)
+{
+    const double *val = L->val;
+    ld m = 0;
+    if (in->op >= OP_FIRST_UNARY && in->op < OP_FIRST_BINARY) {
+        part r = unary(in->op, val[in->a], val[s]);
+        m = fmaxl(fabsl(r.p), fabsl(r.p2));
+    } else if (in->op >= OP_FIRST_BINARY && in->op < OP_FIRST_ARRAY) {
+        double a = in->mode == 2 ? in->k : val[in->a];
+        double b = in->mode == 0 ? val[in->b] : in->mode == 1 ? in->k : val[in->a];
+        part2 r = binary(in->op, a, b, val[s]);
+        for (int i = 0; i < 2; i++)
+            m = fmaxl(m, fabsl(r.p[i]));
+        for (int i = 0; i < 3; i++)
+            m = fmaxl(m, fabsl(r.h[i]));
+    } else if (in->op >= OP_FIRST_ARRAY) {  /* the elements, as a product's partials */
+        for (int i = 0; i < prog_nargs(in); i++)
+            m = fmaxl(m, fabsl((ld)val[L->p->args[in->arg + i]]));
+    }
+    return m != m ? INFINITY : m;
 }
 
 void lin_free(lin *L)

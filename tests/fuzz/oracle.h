@@ -69,6 +69,13 @@ typedef struct pass {
 
 void lin_build(lin *L, const prog *p, const double *val);
 void lin_free(lin *L);
+/* Whether instruction in's local partials at its output slot s (first or
+ * second) are not finite at the values, whether or not it is recorded
+ * (or, for pow and division, a second partial outside the normal doubles,
+ * which the library makes NaN: docs/conventions.md); the largest of their
+ * magnitudes (Inf for NaN). */
+int oracle_singular(const lin *L, const insn *in, int s);
+ld oracle_partial_max(const lin *L, const insn *in, int s);
 
 void pass_forward(const lin *L, const double *seed, uint32_t seeded, pass *P);
 void pass_reverse(const lin *L, const double *w, uint32_t seeded, pass *P);

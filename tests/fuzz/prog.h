@@ -15,7 +15,7 @@
 #include <dualrev.h>
 
 enum {
-    OP_CONST, OP_BRANCH, OP_NEST,
+    OP_CONST, OP_BRANCH, OP_NEST, OP_LOOP, OP_STEPK, OP_LOOPOUT,
     /* unary */
     OP_NEG, OP_SQRT, OP_CBRT, OP_EXP, OP_EXPM1, OP_LOG, OP_LOG1P, OP_LOG2, OP_LOG10,
     OP_SIN, OP_COS, OP_TAN, OP_ASIN, OP_ACOS, OP_ATAN, OP_SINH, OP_COSH, OP_TANH,
@@ -35,6 +35,15 @@ enum {
  *   CONST     k
  *   BRANCH    out = value(a) < value(b) ? slot c : slot d
  *   NEST      ad_gradient of subs[sub] at args[arg..arg+len); d < 0: fx, else grad[d]
+ *   LOOP      ad_checkpointed_loop: state0 = args[arg..+len), params = args[arg+len..+rows),
+ *             `steps` steps of subs[sub] (inputs: state, then params; outputs: the
+ *             next state), `snaps` snapshots; len outputs, stateN
+ *   STEPK     (in a step program) a constant of step k: stepk_value(k, k)
+ *   LOOPOUT   (in a program written out, prog_unroll) output i of a loop: a copy of
+ *             slot a (next state i of the last step); args[arg..+len) are the loop's
+ *             arguments and `steps` its steps, for the oracle: the library makes each
+ *             output of a recorded loop a record, whatever the step computes; sub:
+ *             the loop instance (unroll_span.loop)
  *   unary     a;  binary: a, b, k and mode
  *   SUM SQNORM PROD LSE   args[arg..+len)
  *   DOT       x = args[arg..+len), y = args[arg+len..+len); mode 1: y is x (same array)
@@ -52,6 +61,7 @@ typedef struct insn {
     double k;
     int arg, len, rows, cst, sub;
     int out, nout;
+    int steps, snaps;   /* LOOP */
 } insn;
 
 typedef struct prog {
@@ -61,7 +71,7 @@ typedef struct prog {
     int *args;
     double *consts;
     int *outs;          /* m output slots */
-    struct prog *subs;  /* nested objectives (one output each) */
+    struct prog *subs;  /* nested objectives (one output each), loop steps */
     double *x, *v, *w;  /* the point, a tangent direction (n), output weights (m) */
 } prog;
 
@@ -83,10 +93,37 @@ void prog_print(const prog *p, FILE *out);
 int prog_delete(prog *p, int j);
 const char *op_name(int op);
 int prog_has_external(const prog *p, int *without_jvp);
+int prog_has_loop(const prog *p);
+int prog_nargs(const insn *in);
+double stepk_value(double k0, long k);
+/* The program with every loop written out (nested ones too): the same
+ * values, bit for bit, from plain instructions.  info (may be NULL):
+ * map[s], the slot of q that holds slot s of p; and a span for every
+ * step written out (nested ones inside their step's): the slots
+ * [lo, hi) of q it made, the slots of q that hold its next state, the
+ * loop instruction of p it belongs to. */
+typedef struct unroll_span {
+    int lo, hi, top, nouts, nins;
+    int *outs, *ins;       /* its next state; its state and params */
+    int step, loop, depth; /* step k of loop instance `loop`, nested depth loops deep */
+} unroll_span;
+typedef struct unroll_info {
+    int *map;
+    int nspans, cap, nloops;
+    unroll_span *spans;
+} unroll_info;
+void prog_unroll(const prog *p, prog *q, unroll_info *info);
+void unroll_info_free(unroll_info *info);
+/* The slots an instruction's results are computed from, as a recording
+ * sees them (a branch: the slot it takes, at the values val); into buf
+ * (prog_nargs(in) + 2 entries), their count. */
+int insn_reads(const prog *p, const insn *in, const double *val, int *buf);
 
 /* interp.c: the program on double, and the drivers' ad_function/ad_objective */
 void run_double(const prog *p, const double *x, double *slots);
 void run_double_step(const prog *p, double *slots, int j);
+extern long fuzz_step_k;    /* the step a step program runs (OP_STEPK) */
+extern long fuzz_step_evals;  /* step programs run on ad_real (the library's calls) */
 extern int fuzz_interp_errors;
 void fuzz_function(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx);
 ad_real fuzz_objective(const ad_real *x, size_t n, void *ctx);

@@ -122,10 +122,77 @@ static int shorten_arrays(prog *p, const char *driver, const char *kind)
     return progress;
 }
 
+/* The idx-th program of p's tree in preorder (0: p itself; then the
+ * nested objectives and loop steps, theirs inside), or NULL. */
+static prog *nth_prog(prog *p, int *idx)
+{
+    if ((*idx)-- == 0)
+        return p;
+    for (int i = 0; i < p->nsubs; i++) {
+        prog *q = nth_prog(&p->subs[i], idx);
+        if (q)
+            return q;
+    }
+    return NULL;
+}
+
+static prog *prog_at(prog *p, int idx) { return nth_prog(p, &idx); }
+
+/* Instructions of the nested programs (loop steps, nested objectives). */
+static int drop_sub_insns(prog *p, const char *driver, const char *kind)
+{
+    int progress = 0;
+    for (int idx = 1; prog_at(p, idx); idx++)
+        for (int j = prog_at(p, idx)->ncode - 1; j >= 0; j--) {
+            if (j >= prog_at(p, idx)->ncode)
+                continue;
+            prog t;
+            prog_copy(&t, p);
+            if (!prog_delete(prog_at(&t, idx), j)) {
+                prog_free(&t);
+                continue;
+            }
+            progress |= attempt(p, &t, driver, kind);
+        }
+    return progress;
+}
+
+/* Fewer steps in a loop, then the default snapshot count. */
+static int fewer_steps(prog *p, const char *driver, const char *kind)
+{
+    static const int counts[] = {0, 1, 2, 3, 7};
+    int progress = 0;
+    for (int idx = 0; prog_at(p, idx); idx++)
+        for (int j = 0; j < prog_at(p, idx)->ncode; j++) {
+            const insn *in = &prog_at(p, idx)->code[j];
+            if (in->op != OP_LOOP)
+                continue;
+            for (int k = 0; k < 5 && counts[k] < in->steps; k++) {
+                prog t;
+                prog_copy(&t, p);
+                prog_at(&t, idx)->code[j].steps = counts[k];
+                if (attempt(p, &t, driver, kind)) {
+                    progress = 1;
+                    break;
+                }
+            }
+            in = &prog_at(p, idx)->code[j];
+            if (in->snaps != 0) {
+                prog t;
+                prog_copy(&t, p);
+                prog_at(&t, idx)->code[j].snaps = 0;
+                progress |= attempt(p, &t, driver, kind);
+            }
+        }
+    return progress;
+}
+
 void shrink(prog *p, const char *driver, const char *kind)
 {
     for (int round = 0; round < 8; round++) {
         int progress = drop_insns(p, driver, kind);
+        progress |= drop_sub_insns(p, driver, kind);
+        progress |= fewer_steps(p, driver, kind);
         progress |= drop_outputs(p, driver, kind);
         progress |= shorten_arrays(p, driver, kind);
         progress |= simplify_inputs(p, driver, kind);

@@ -649,6 +649,27 @@ static int second_cotangent_overflow(const check_ctx *c, const failure *f)
     return !strcmp(f->kind, "structure(0 x Inf: cotangent)");
 }
 
+/* 2n. Edge pushing through a recorded matrix's partials: the rule lists
+ * an argument whose entries in the row are constant zeros with partial 0,
+ * which the oracle leaves out, and an infinite weight pushed through it
+ * (an infinite first or second partial above the block) is 0 x Inf. */
+static int edge_push_block_zero(const check_ctx *c, const failure *f)
+{
+    if (strcmp(f->driver, "ad_sparse_hessian") || strcmp(f->kind, "class") || f->got == f->got)
+        return 0;
+    int block = 0, inf = 0;
+    for (int j = 0; j < c->p->ncode; j++) {
+        int op = c->p->code[j].op;
+        block |= op == OP_MAT_VEC || op == OP_MAT_SQNORM;
+    }
+    const lin *L = &c->L;
+    for (int e = 0; e < L->ne && !inf; e++)
+        inf = !isfinite((double)L->e[e].p);
+    for (int h = 0; h < L->nh && !inf; h++)
+        inf = !isfinite((double)L->h[h].p2);
+    return block && inf;
+}
+
 typedef struct known {
     const char *name, *why;
     int (*match)(const check_ctx *, const failure *);
@@ -671,6 +692,7 @@ static const known list[] = {
     {"dead-records", "documented (conventions.md, where the drivers still differ): inside a matrix block, rows nothing reaches still give 0 x Inf", dead_records, 0},
     {"second-order-inf-partial", "documented (conventions.md, where the drivers still differ): ad_hessian multiplies an infinite first partial's tangent term by 0 (NaN) where edge pushing has no pair", second_inf_partial, 0},
     {"second-order-cotangent-overflow", "documented (conventions.md, where the drivers still differ): ad_hessian/ad_hvp give NaN with AD_OK where a cotangent past the range meets a zero (no AD_EOVERFLOW from second-order overflow)", second_cotangent_overflow, 0},
+    {"edge-push-block-zero", "documented (conventions.md, where the drivers still differ): edge pushing takes a recorded matrix's zero partials (constant zero entries) times an infinite weight, 0 x Inf", edge_push_block_zero, 0},
     {"rule-overflow", "documented (conventions.md, where the drivers still differ): a block's rule overflows on products that reach no result, and a reverse sweep reports AD_EOVERFLOW", rule_overflow, 0},
     {"oracle-loop-phantom-range", "oracle limit: a loop's output that its step makes constant is a record, and so is all a step computes; a partial past the range there overflows a cotangent the oracle's range model does not follow (AD_EOVERFLOW)", loop_phantom_range, 0},
     {"loop-second-order-reach", "documented (conventions.md, where the drivers still differ): under second order a checkpointed loop takes every output as reached; a zero cotangent meets the steps' non-finite partials", loop_second_reach, 0},

@@ -271,7 +271,7 @@ static void entry2_sums(check_ctx *c, const char *driver, int i, int k, double g
 
 /* Whether second-order entry (i, k) is outside what the oracle checks
  * (k < 0: H v's entry i). */
-static int second_skipped(const check_ctx *c, int i, int k, const pass *P2, const pass *U,
+int second_skipped(const check_ctx *c, int i, int k, const pass *P2, const pass *U,
                           const pass *V)
 {
     return c->L.big_second || !window_ok(P2, 0) || !path_finite(c, U) || !path_finite(c, V) ||
@@ -300,19 +300,11 @@ static void entry2(check_ctx *c, const char *driver, int i, int k, double got, c
     entry2_sums(c, driver, i, k, got, P2, U, V, 0);
 }
 
-/* pairs: the entry is summed as edge pushing sums it (ad_sparse_hessian):
- * an interaction pushed onto every pair of a record's arguments meets
- * others there, up to F^2 additions where forward over reverse makes F. */
-static void entry2_sums(check_ctx *c, const char *driver, int i, int k, double got,
-                        const pass *P2, const pass *U, const pass *V, int pairs)
+ld second_bound(const check_ctx *c, const pass *P2, const pass *U, const pass *V, int pairs,
+                ld *t, ld *E)
 {
     int s = c->p->outs[0];
-    if (second_skipped(c, i, k, P2, U, V)) {
-        c->r->second_skipped++;
-        return;
-    }
-    c->r->checked++;
-    ld t = P2->on[s] ? P2->t[s] : 0, E = P2->on[s] ? P2->E[s] : 0;
+    *t = P2->on[s] ? P2->t[s] : 0;
     /* Forward over reverse adds every term into a running total, the
      * cotangent's tangent of each slot on the way (fan[] additions each):
      * recursive summation, eps |total| per addition. */
@@ -320,8 +312,23 @@ static void entry2_sums(check_ctx *c, const char *driver, int i, int k, double g
     for (int k = 0; k < c->L.nslots; k++)
         if ((c->L.omask[k] & 1) && (U->on[k] || V->on[k]))
             F += c->L.fan[k];
-    E += ORACLE_EPS * (pairs ? (ld)F * (ld)F : (ld)F) * (P2->on[s] ? P2->M[s] : 0);
-    ld tol = 2 * E + 4 * TINY + ORACLE_EPS * fabsl(t);
+    *E = (P2->on[s] ? P2->E[s] : 0) +
+         ORACLE_EPS * (pairs ? (ld)F * (ld)F : (ld)F) * (P2->on[s] ? P2->M[s] : 0);
+    return 2 * *E + 4 * TINY + ORACLE_EPS * fabsl(*t);
+}
+
+/* pairs: the entry is summed as edge pushing sums it (ad_sparse_hessian):
+ * an interaction pushed onto every pair of a record's arguments meets
+ * others there, up to F^2 additions where forward over reverse makes F. */
+static void entry2_sums(check_ctx *c, const char *driver, int i, int k, double got,
+                        const pass *P2, const pass *U, const pass *V, int pairs)
+{
+    if (second_skipped(c, i, k, P2, U, V)) {
+        c->r->second_skipped++;
+        return;
+    }
+    c->r->checked++;
+    ld t, E, tol = second_bound(c, P2, U, V, pairs, &t, &E);
     if (!isfinite(got))
         fail(c, driver, "class", i, k, got, t, E);
     else if (!(fabsl((ld)got - t) <= tol))

@@ -34,6 +34,15 @@ struct check_ctx {
     report *r;
 };
 
+/* check.c: whether second-order entry (i, k) (k < 0: H v's entry i) of
+ * P2, along U and V, lies outside the window the oracle checks; and the
+ * entry's oracle value t, its error bound E and its tolerance (pairs: the
+ * entry summed as edge pushing sums it). */
+int second_skipped(const check_ctx *c, int i, int k, const pass *P2, const pass *U,
+                   const pass *V);
+ld second_bound(const check_ctx *c, const pass *P2, const pass *U, const pass *V, int pairs,
+                ld *t, ld *E);
+
 /* The mode of the pass behind a failure: 'f'orward, 'r'everse, '2'nd order,
  * or 0 (values, statuses). */
 int failure_mode(const check_ctx *c, const failure *f);

@@ -310,51 +310,18 @@ static void sim_forward_over_reverse(const check_ctx *c, int k, win *sw, win *pw
  * and the sparse Hessian agree: check.c's entry2 tolerance (forward over
  * reverse, F additions of the fan-out sums) plus entry2_sums's with pairs
  * (edge pushing, F^2).  Not finite where the oracle cannot bound it. */
-/* check.c's window for its second-order checks (window_ok, path_finite,
- * second_skipped), to count what is compared here beyond it. */
-#define LO2 0x1p-900L
-#define HI2 0x1p300L
-
-static int window_ok(const pass *P, int r) { return !P->over[r] && P->hi[r] < HI2 && P->lo[r] > LO2; }
-
-static int path_finite(const check_ctx *c, const pass *U)
-{
-    const lin *L = &c->L;
-    if (!window_ok(U, 0))
-        return 0;
-    for (int s = 0; s < L->nslots; s++) {
-        if (!U->on[s] || !(L->omask[s] & 1))
-            continue;
-        if (!isfinite(L->val[s]) || !isfinite(U->t[s]) || U->unc[s])
-            return 0;
-        for (int e = L->e0[s]; e < L->e0[s + 1]; e++)
-            if (!isfinite(L->e[e].p) || fabsl(L->e[e].p) > HI2)
-                return 0;
-    }
-    return 1;
-}
-
-static int oracle_checks(const check_ctx *c, int i, int k, const pass *P2)
-{
-    return !(c->L.big_second || !window_ok(P2, 0) || !path_finite(c, &c->fe[i]) ||
-             !path_finite(c, &c->fe[k]) || !window_ok(&c->re[0], i) || !window_ok(&c->re[0], k));
-}
-
 static ld cross_tol(const check_ctx *c, int i, int k, ld *want, ld *mag, int *checked)
 {
     pass P2;
     const pass *U = &c->fe[i], *V = &c->fe[k];
     pass_second(&c->L, U, V, &P2);
     int s = c->p->outs[0];
-    ld t = P2.on[s] ? P2.t[s] : 0, E = P2.on[s] ? P2.E[s] : 0, M = P2.on[s] ? P2.M[s] : 0;
-    long F = 0;
-    for (int q = 0; q < c->L.nslots; q++)
-        if ((c->L.omask[q] & 1) && (U->on[q] || V->on[q]))
-            F += c->L.fan[q];
-    ld Ed = E + ORACLE_EPS * (ld)F * M, Es = E + ORACLE_EPS * (ld)F * (ld)F * M;
-    ld tol = (2 * Ed + 4 * TINY + ORACLE_EPS * fabsl(t)) + (2 * Es + 4 * TINY + ORACLE_EPS * fabsl(t));
+    ld t, E, M = P2.on[s] ? P2.M[s] : 0;
+    /* each driver within its own bound of the oracle (check.c), so the two
+     * within the sum */
+    ld tol = second_bound(c, &P2, U, V, 0, &t, &E) + second_bound(c, &P2, U, V, 1, &t, &E);
     if (checked)
-        *checked = oracle_checks(c, i, k, &P2);
+        *checked = !second_skipped(c, i, k, &P2, U, V);
     pass_free(&P2);
     *want = t;
     if (mag)

@@ -350,12 +350,17 @@ static ad_status schedule(replay *rp, int reverse, int warm)
 
 /* ---- the block's rules ---- */
 
-/* The caller's overflow flag as it was before the rule (w, from
+/* A rule's end: its failure s the sweep's fault, with NaN in out[0..count);
+ * and the caller's overflow flag as it was before the rule (w, from
  * ad_watch_begin): the steps' values may overflow in a replay, which says
  * nothing of the caller's derivatives, and the steps' sweeps report an
  * overflow that made NaN of their results as a fault (AD_EOVERFLOW). */
-static void hold(const ad_watch *w)
+static void end_rule(ad_tape *t, ad_status s, double *out, size_t count, const ad_watch *w)
 {
+    if (s != AD_OK) {
+        ad_block_fail(t, s);
+        ad_fill_nan(out, count);
+    }
     (void)ad_watch_over(w);
 }
 
@@ -368,7 +373,7 @@ static void reverse_rule(ad_tape *t, ad_block *b, const unsigned char *outs,
 {
     loop *lp = (loop *)b;
     size_t n = lp->n;
-    ad_watch w = ad_watch_begin(0.0);  /* see hold() */
+    ad_watch w = ad_watch_begin();  /* see end_rule() */
     replay rp;
     ad_status s = replay_start(&rp, t, lp, 0);
     if (s == AD_OK) {
@@ -386,11 +391,7 @@ static void reverse_rule(ad_tape *t, ad_block *b, const unsigned char *outs,
             memcpy(args, rp.sreach, n + lp->np);
         replay_free(&rp);
     }
-    if (s != AD_OK) {
-        ad_block_fail(t, s);
-        ad_fill_nan(xbar, n + lp->np);
-    }
-    hold(&w);
+    end_rule(t, s, xbar, n + lp->np, &w);
 }
 
 static void loop_vjp(ad_tape *t, ad_block *b, const double *ybar, double *xbar)
@@ -411,7 +412,7 @@ static void forward_rule(ad_tape *t, ad_block *b, const unsigned char *args,
 {
     loop *lp = (loop *)b;
     size_t n = lp->n, np = lp->np;
-    ad_watch w = ad_watch_begin(0.0);  /* see hold() */
+    ad_watch w = ad_watch_begin();  /* see end_rule() */
     replay rp;
     ad_status s = replay_start(&rp, t, lp, 1);
     if (s == AD_OK) {
@@ -428,11 +429,7 @@ static void forward_rule(ad_tape *t, ad_block *b, const unsigned char *args,
             memcpy(outs, rp.sreach, n);
         replay_free(&rp);
     }
-    if (s != AD_OK) {
-        ad_block_fail(t, s);
-        ad_fill_nan(ydot, n);
-    }
-    hold(&w);
+    end_rule(t, s, ydot, n, &w);
 }
 
 static void loop_jvp(ad_tape *t, ad_block *b, const double *xdot, double *ydot)
@@ -455,7 +452,7 @@ static void loop_second(ad_tape *t, ad_block *b, uint32_t hid, const double *tan
     loop *lp = (loop *)b;
     const uint32_t *ids = ad_block_ids(b);
     size_t n = lp->n, nx = n + lp->np;
-    ad_watch w = ad_watch_begin(0.0);  /* see hold() */
+    ad_watch w = ad_watch_begin();  /* see end_rule() */
     replay rp;
     ad_status s = replay_start(&rp, t, lp, 1);
     if (s == AD_OK) {
@@ -493,9 +490,7 @@ static void loop_second(ad_tape *t, ad_block *b, uint32_t hid, const double *tan
             }
         replay_free(&rp);
     }
-    if (s != AD_OK)
-        ad_block_fail(t, s);
-    hold(&w);
+    end_rule(t, s, NULL, 0, &w);
 }
 
 static const ad_block_kind loop_kind = {.name = "checkpointed loop",

@@ -151,7 +151,7 @@ static const double *pullback_counted(ad_tape *t, ad_block *b, const double *yba
 {
     unsigned char *args = ad_block_flags(t) + b->nout;
     size_t nx = (size_t)b->nargs + b->run_len;
-    ad_watch w = ad_watch_begin(0.0);
+    ad_watch w = ad_watch_begin();
     const double *xbar = ad_block_pullback(t, b, ybar);
     memset(args, !b->kind->reach, nx);
     if (b->kind->reach)

@@ -44,6 +44,6 @@ int ad_retry_plan(ad_retry *r, ad_tape *t, uint32_t top, int over, int nan)
         return 0;
     }
     r->pass++;
-    r->watch = ad_watch_begin(r->scale);
+    r->watch = ad_watch_begin();
     return 1;
 }

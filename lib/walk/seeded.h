@@ -67,13 +67,14 @@ static inline double ad_unscale(double *dst, size_t to, const double *src, size_
     return sum;
 }
 
-/* The overflow flag around a scaled sweep.  Results that are not all
+/* The overflow flag around a sweep (or a rule): ad_watch_begin clears it,
+ * ad_watch_over says whether the sweep raised it (1), did not (0) or
+ * cannot tell (-1: no flag to read), and leaves it as the caller had it:
+ * the sweep's own overflow is not the caller's.  Results that are not all
  * finite come from a scaled cotangent that overflowed, or from infinite
  * partials (a value that overflowed in the forward pass, sqrt at 0),
  * which give the same infinities and NaNs whatever the scale: the sweep is
- * run again unscaled only if it raised the flag.  The flag is cleared for
- * the sweep if it was set, and left as the caller had it: the scaled
- * sweep's own overflow is not the caller's.  Where SSE2 does the sweeps'
+ * run again unscaled only if it raised the flag.  Where SSE2 does the sweeps'
  * arithmetic (x86-64), the flag is MXCSR's, read without a call (calls to
  * fetestexcept were a visible share of a per-observation Jacobian of a
  * small function); else <fenv.h>'s. */
@@ -82,13 +83,12 @@ static inline double ad_unscale(double *dst, size_t to, const double *src, size_
 #define AD_MXCSR_OE 0x8u  /* the overflow flag */
 
 typedef struct ad_watch {
-    double scale;
     int was;  /* set before the sweep */
 } ad_watch;
 
-static inline ad_watch ad_watch_begin(double scale)
+static inline ad_watch ad_watch_begin(void)
 {
-    ad_watch w = {scale, 0};
+    ad_watch w = {0};
     unsigned csr = _mm_getcsr();
     w.was = (csr & AD_MXCSR_OE) != 0;
     if (w.was)
@@ -96,7 +96,7 @@ static inline ad_watch ad_watch_begin(double scale)
     return w;
 }
 
-static inline int ad_overflow_end(const ad_watch *w)
+static inline int ad_watch_over(const ad_watch *w)
 {
     unsigned csr = _mm_getcsr();
     int over = (csr & AD_MXCSR_OE) != 0;
@@ -108,14 +108,13 @@ static inline int ad_overflow_end(const ad_watch *w)
 #include <fenv.h>
 
 typedef struct ad_watch {
-    double scale;
     int was;
     fexcept_t flag;
 } ad_watch;
 
-static inline ad_watch ad_watch_begin(double scale)
+static inline ad_watch ad_watch_begin(void)
 {
-    ad_watch w = {.scale = scale};
+    ad_watch w = {0};
 #ifdef FE_OVERFLOW
     if (fetestexcept(FE_OVERFLOW)) {
         w.was = 1;
@@ -126,7 +125,7 @@ static inline ad_watch ad_watch_begin(double scale)
     return w;
 }
 
-static inline int ad_overflow_end(const ad_watch *w)
+static inline int ad_watch_over(const ad_watch *w)
 {
 #ifdef FE_OVERFLOW
     int over = fetestexcept(FE_OVERFLOW) != 0;
@@ -149,14 +148,6 @@ static inline void ad_overflow_raise(void)
 #elif defined(FE_OVERFLOW)
     feraiseexcept(FE_OVERFLOW);
 #endif
-}
-
-/* Whether the sweep since ad_watch_begin raised the flag (1), did not (0),
- * or cannot tell (-1: no flag to read); the flag is left as it was
- * before.  To be called once per ad_watch_begin. */
-static inline int ad_watch_over(const ad_watch *w)
-{
-    return ad_overflow_end(w);
 }
 
 /* Results that are not all finite, again.  Each sweep applies every record
@@ -210,7 +201,7 @@ static inline ad_retry ad_retry_begin(const ad_tape *t, int can_exact)
     r.can_exact = can_exact;
     r.over = 0;
     r.status = AD_OK;
-    r.watch = ad_watch_begin(r.scale);
+    r.watch = ad_watch_begin();
     return r;
 }
 

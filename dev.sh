@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dualrev quick start: ./dev.sh example | test | sanitize | warnings | i386 | tsan | fuzz SECONDS [SEED] | bench
+# dualrev quick start: ./dev.sh example | test | sanitize | warnings | i386 | tsan | fuzz SECONDS [SEED] | bench | instr [REV]
 # Installs the Debian packages a step needs (as root, with apt-get) before it runs.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -155,8 +155,16 @@ bench)
     configure build
     BUILD_DIR=build ./benchmarks/run.sh
     ;;
+instr)
+    # Instruction counts (callgrind), which load does not disturb: the
+    # working tree against REV (default HEAD; 54ce754 is before value tags),
+    # including GMM d10 K25 natural's recording instructions per record.
+    need $BASE_PKGS valgrind
+    configure build
+    BUILD_DIR=build ./benchmarks/compare_first_order.sh --rev "${2:-HEAD}" --no-time --no-pairs
+    ;;
 *)
-    echo "usage: $0 example|test|sanitize|warnings|i386|tsan|fuzz SECONDS [SEED]|bench" >&2
+    echo "usage: $0 example|test|sanitize|warnings|i386|tsan|fuzz SECONDS [SEED]|bench|instr [REV]" >&2
     exit 2
     ;;
 esac

@@ -113,6 +113,7 @@ cat >"$work/workload.c" <<'EOF'
 #include <string.h>
 #include <time.h>
 
+#include "gmm.h"
 #include "programs.h"
 
 static double now_ns(void)
@@ -132,8 +133,43 @@ __attribute__((noinline)) void workload(bench_prog p, size_t n, size_t inputs, c
             exit(1);
 }
 
+/* GMM natural (the scalar source): recording is counted inside
+ * gmm_objective_ad, the whole gradient inside workload_gmm. */
+__attribute__((noinline)) void workload_gmm(gmm_problem *p, gmm_work *w, const double *x,
+                                            double *g, int reps)
+{
+    double fx;
+    for (int i = 0; i < reps; i++)
+        if (gmm_gradient(GMM_SCALAR, p, w, 0, x, &fx, g, NULL) != AD_OK)
+            exit(1);
+}
+
+static int main_gmm(const char *path, int reps)
+{
+    gmm_problem p;
+    gmm_work w;
+    char err[GMM_ERR_SIZE];
+    if (gmm_load(path, &p, err) || gmm_work_init(&w, &p)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    size_t inputs = gmm_inputs(&p);
+    double *x = malloc(inputs * sizeof *x), *g = malloc(inputs * sizeof *g);
+    gmm_pack(&p, x);
+    workload_gmm(&p, &w, x, g, 1);  /* the warm-up */
+    double t0 = now_ns();
+    workload_gmm(&p, &w, x, g, reps);
+    double ns = (now_ns() - t0) / reps;
+    ad_tape_stats st;
+    ad_tape_stats_get(&st);
+    printf("%zu %.6g\n", st.records, ns);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 4 && !strcmp(argv[1], "gmm"))
+        return main_gmm(argv[2], atoi(argv[3]));
     static const struct { const char *name; bench_prog p; } names[] = {
         {"tbad", PROG_T_BAD}, {"dot", PROG_DOT}, {"smv", PROG_SUM_MAT_VEC},
         {"dot_array", PROG_DOT_ARRAY}, {"smv_array", PROG_SUM_MAT_VEC_ARRAY},
@@ -167,8 +203,10 @@ for side in before after; do
     if [ $side = before ]; then inc=$work/before/include lib=$lib_before; else inc=$root/include lib=$lib_after; fi
     rpath=$(dirname "$lib")
     $cc $cflags -I"$drv" -I"$inc" -o "$work/bench-$side" "${srcs[@]}" "$lib" -Wl,-rpath,"$rpath" -lm
-    $cc $cflags -g -I"$drv" -I"$inc" -o "$work/workload-$side" "$work/workload.c" \
-        "$drv/programs.c" "$lib" -Wl,-rpath,"$rpath" -lm
+    # GMM's source is the working tree's on both sides: only the library differs.
+    $cc $cflags -g -I"$drv" -I"$root/benchmarks/gmm" -I"$inc" -o "$work/workload-$side" \
+        "$work/workload.c" "$drv/programs.c" "$root/benchmarks/gmm/gmm.c" "$lib" \
+        -Wl,-rpath,"$rpath" -lm
 done
 echo "driver: $rev_id's dualrev-bench (no ADOL-C), $cc $cflags"
 echo
@@ -289,6 +327,28 @@ if [ $do_cg = 1 ]; then
             printf "%-22s %6d %8d | %14d %14d | %9.1f %9.1f | %9.2f %9.2f | %12.4f\n", w, reps, rec,
                    b, a, b / reps, a / reps, b / (reps * rec), a / (reps * rec), a / b }'
     done
+    echo
+    # GMM d10 K25 natural (the scalar source, tests/data/adbench): recording
+    # alone (inside the objective) and the whole gradient, per record.
+    gmm=$root/tests/data/adbench/gmm_1k_d10_K25.txt
+    echo "GMM d10 K25 natural, 2 gradients after one warm-up: instructions per record"
+    printf '%-22s %8s | %9s %9s | %9s %9s | %9s %9s\n' "" "records" "record b" "record a" \
+        "rest b" "rest a" "grad b" "grad a"
+    declare -A rec=() all=()
+    for side in before after; do
+        for what in gmm_objective_ad workload_gmm; do
+            f=$work/cg.$side.$what
+            out=$(valgrind --tool=callgrind --toggle-collect=$what \
+                --callgrind-out-file="$f" "$work/workload-$side" gmm "$gmm" 2 2>/dev/null)
+            recs=${out%% *}
+            n=$(sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$f")
+            if [ $what = workload_gmm ]; then all[$side]=$n; else rec[$side]=$n; fi
+        done
+    done
+    awk -v rec="$recs" -v rb="${rec[before]}" -v ra="${rec[after]}" -v ab="${all[before]}" \
+        -v aa="${all[after]}" 'BEGIN { n = 2 * rec
+        printf "%-22s %8d | %9.2f %9.2f | %9.2f %9.2f | %9.2f %9.2f\n", "gmm d10 K25 natural", rec,
+               rb / n, ra / n, (ab - rb) / n, (aa - ra) / n, ab / n, aa / n }'
     echo
     echo "where the instructions go (self cost, t_bad n=1e5 and dot n=1e4):"
     for w in tbad dot; do

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 /* Fast-math lets the compiler assume no NaN, Inf or signed zero and reorder
  * sums: the inlined operations then lose the NaN and Inf conventions of
@@ -48,7 +49,28 @@ _Static_assert(sizeof(ad_real) == 16, "ad_real is 16 bytes");
 
 static inline uint64_t ad__key(ad_real x)
 {
+#ifdef AD__KEY_WORD
+    uint64_t k;
+    memcpy(&k, &x.id, sizeof k);  /* id and tag, adjacent: one register */
+    return k;
+#else
     return ad__key_of(x.id, x.tag);
+#endif
+}
+
+/* The value v with the key k (ad__key): k = key0 + ID names a record of the
+ * recording whose key0 it is, key0 itself a constant of it. */
+static inline ad_real ad__real_of(double v, uint64_t k)
+{
+    ad_real r;
+    r.v = v;
+#ifdef AD__KEY_WORD
+    memcpy(&r.id, &k, sizeof k);
+#else
+    r.id = (uint32_t)k;
+    r.tag = (uint32_t)(k >> 32);
+#endif
+    return r;
 }
 
 /* A value that a primitive recorded as `id` (0: a constant) on the active

@@ -206,6 +206,63 @@ static void test_constants_from_earlier_calls(void **state)
     }
 }
 
+/* A recording that failed leaves results of ID 0 that keep its tag: a
+ * later recording takes them as constants in every position of a binary
+ * operation (out of line: their key fails the inline check), and an
+ * argument of another recording in either position is refused. */
+typedef struct tagged {
+    int phase;        /* 0: make the tagged constant; 1: use it; 2, 3: a foreign value first, second */
+    ad_real c, other;
+} tagged;
+
+static ad_real tagged_constant(const ad_real *x, size_t n, void *ctx)
+{
+    tagged *k = ctx;
+    (void)n;
+    if (k->phase == 0) {
+        ad_real v = x[0];
+        for (int i = 0; i < 20; i++)
+            v = ad_mul(v, x[0]);  /* past the tape limit: ID 0 from here */
+        k->c = ad_mul(x[0], 2.0);
+        return ad_add(v, k->c);
+    }
+    if (k->phase == 2)
+        return ad_mul(k->other, x[0]);
+    if (k->phase == 3)
+        return ad_mul(x[0], k->other);
+    /* 3 x^2 + c x + x c + (x - c) */
+    ad_real sq = ad_mul(ad_mul(x[0], x[0]), 3.0);
+    return ad_add(ad_add(sq, ad_mul(k->c, x[0])), ad_add(ad_mul(x[0], k->c), ad_sub(x[0], k->c)));
+}
+
+static void test_tagged_constant_either_position(void **state)
+{
+    tagged k = {0, ad_const(0), ad_const(0)};
+    double x = 1.5, fx, g;
+    (void)state;
+    size_t old = ad_set_tape_limit(5);
+    assert_int_equal(ad_gradient(tagged_constant, &k, 1, &x, &fx, &g), AD_ERANGE);
+    ad_set_tape_limit(old);
+    assert_int_equal(k.c.id, 0);
+    assert_int_not_equal(k.c.tag, 0);
+    double c = ad_value(k.c);
+    assert_same(c, 3.0);
+    k.phase = 1;
+    assert_int_equal(ad_gradient(tagged_constant, &k, 1, &x, &fx, &g), AD_OK);
+    assert_same(fx, 3.0 * x * x + 2.0 * c * x + (x - c));
+    assert_same(g, 6.0 * x + 2.0 * c + 1.0);
+    cache ce = {0, ad_const(0.0)};
+    const double x2[2] = {2.0, 0.5};
+    double g2[2];
+    assert_int_equal(ad_gradient(cached_exp, &ce, 2, x2, &fx, g2), AD_OK);
+    k.other = ce.e;
+    for (k.phase = 2; k.phase <= 3; k.phase++) {
+        assert_int_equal(ad_gradient(tagged_constant, &k, 1, &x, &fx, &g), AD_EFOREIGN);
+        assert_all_nan(fx, &g, 1);
+        check_fresh();
+    }
+}
+
 /* ---- every kind of argument ---- */
 
 static void foreign_primal(void *ctx, size_t n, const double *x, size_t m, double *y)
@@ -460,6 +517,7 @@ int main(void)
         cmocka_unit_test(test_stale_id_below_and_past_top),
         cmocka_unit_test(test_tag_right_id_unmade),
         cmocka_unit_test(test_constants_from_earlier_calls),
+        cmocka_unit_test(test_tagged_constant_either_position),
         cmocka_unit_test(test_every_kind_of_argument),
         cmocka_unit_test(test_outer_value_in_inner_recording),
         cmocka_unit_test(test_inner_value_in_outer_recording),

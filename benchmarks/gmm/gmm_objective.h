@@ -65,14 +65,15 @@ static inline double gmm_constant_prior(const gmm_problem *p)
 
 /* ---- the scalar version: ADBench's loops ---- */
 
-/* log sum exp, shifted by the largest value.  The shift enters as a
- * constant: its derivative cancels, and as a constant it costs no records. */
+/* log sum exp, shifted by the largest value, which is one of the active
+ * numbers: the translation a user writes (its derivative cancels, but it
+ * is recorded as any value is). */
 static T NAME(gmm_lse)(size_t n, const T *v)
 {
-    double hi = ad_value(v[0]);
+    T hi = v[0];
     for (size_t i = 1; i < n; i++)
-        if (hi < ad_value(v[i]))
-            hi = ad_value(v[i]);
+        if (ad_value(hi) < ad_value(v[i]))
+            hi = v[i];
     T sum = AD_CONST(T, 0.0);
     for (size_t i = 0; i < n; i++)
         sum = ad_add(sum, ad_exp(ad_sub(v[i], hi)));
@@ -89,14 +90,12 @@ static T NAME(gmm_sqnorm)(size_t n, const T *v)
     return sum;
 }
 
-/* t_ik given c_k = alpha_k + sum_j q_kj.  mu - x, not x - mu: its negation
- * exactly, so the norm is the same to the bit, and as "ad_real - constant"
- * it shares mu's record instead of taking one. */
+/* t_ik given c_k = alpha_k + sum_j q_kj, as ADBench writes it: x - mu. */
 static T NAME(gmm_main_term)(size_t d, T c, const T *qdiag, const T *l, const T *mu,
                              const double *x, T *xc, T *qx)
 {
     for (size_t j = 0; j < d; j++)
-        xc[j] = ad_sub(mu[j], x[j]);
+        xc[j] = ad_sub(x[j], mu[j]);
     for (size_t j = 0; j < d; j++)
         qx[j] = ad_mul(qdiag[j], xc[j]);
     size_t idx = 0;

@@ -25,30 +25,35 @@ AD__EXTERN_C_BEGIN
  * values are for second-order recordings only (record.h); c is a
  * one-argument operation's constant (pow's exponent or base).  The
  * arguments are checked against the recording before anything is written
- * (record.h, ad__check). */
+ * (record.h, ad__push_keys). */
 static inline ad_real ad__rec1(double v, ad_real a, double wa, int op, double c)
 {
-    ad_real r = {v, 0, 0};
-    if (a.id) {
-        ad__cursor *cur = ad__active;
-        ad__check(cur, ad__key(a));
-        r.id = ad__push_at(cur, a.id, wa, 0, 0.0, op, a.v, c, v);
-        r.tag = ad__tag(cur);
-    }
-    return r;
+    if (!a.id)
+        return ad__real_of(v, 0);
+    ad__cursor *cur = ad__active;
+    uint64_t key0 = cur->key0;
+    return ad__real_of(v, key0 + ad__push_keys(cur, ad__key(a), wa, key0, 0.0, op, a.v, c, v));
 }
 
+/* A constant argument is passed as key0, the recording's ID 0 (the sink),
+ * whatever its tag; in the forms with a double (ad_add_rd, ...) the
+ * compiler knows which one that is. */
 static inline ad_real ad__rec2(double v, ad_real a, double wa, ad_real b, double wb, int op)
 {
-    ad_real r = {v, 0, 0};
-    if (a.id | b.id) {
-        ad__cursor *cur = ad__active;
-        ad__check(cur, ad__key(a));
-        ad__check(cur, ad__key(b));
-        r.id = ad__push_at(cur, a.id, wa, b.id, wb, op, a.v, b.v, v);
-        r.tag = ad__tag(cur);
+    ad__cursor *cur;
+    uint64_t key0;
+    if (AD__LIKELY(a.id && b.id)) {
+        cur = ad__active;
+        key0 = cur->key0;
+        return ad__real_of(v, key0 + ad__push_keys(cur, ad__key(a), wa, ad__key(b), wb, op, a.v,
+                                                   b.v, v));
     }
-    return r;
+    if (!(a.id | b.id))
+        return ad__real_of(v, 0);
+    cur = ad__active;
+    key0 = cur->key0;
+    return ad__real_of(v, key0 + ad__push_keys(cur, a.id ? ad__key(a) : key0, wa,
+                                               b.id ? ad__key(b) : key0, wb, op, a.v, b.v, v));
 }
 
 /* A partial that would be finite although the value is NaN (log of a

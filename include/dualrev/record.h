@@ -77,13 +77,18 @@ typedef struct ad__cursor {
 } ad__cursor;
 
 /* Every ad_real carries the tag of the recording that made it (0 for a
- * constant made by ad_const).  Its key, tag << 32 | ID, is one register
- * where the value is passed, and belongs to the active recording when
- * key - key0 < next: the tag matches and the ID names a record already
- * made (or is 0), so that one compare both catches a value of another
- * recording and keeps a stale ID off the tape.  A constant of another tag
- * fails that compare too, and is let through by a second test, off the
- * hot path. */
+ * constant made by ad_const).  Its key is its second word, ID and tag,
+ * read as one uint64_t (tag << 32 | ID on a little-endian machine): one
+ * register where the value is passed, so reading it costs nothing.  A key
+ * belongs to the active recording when key - key0 < next: the tag matches
+ * and the ID names a record already made (or is 0), so that one compare
+ * both catches a value of another recording and keeps a stale ID off the
+ * tape.  A constant of another tag fails that compare too, and is let
+ * through by a second test, off the hot path. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define AD__KEY_WORD 1
+#endif
+
 static inline uint64_t ad__key_of(uint32_t id, uint32_t tag)
 {
     return (uint64_t)tag << 32 | id;
@@ -103,12 +108,6 @@ AD_API void ad__foreign(ad__cursor *c, uint64_t key);
 static inline int ad__alien(uint64_t key, uint64_t key0, uint64_t span)
 {
     return AD__UNLIKELY(key - key0 >= span) && (uint32_t)key;
-}
-
-static inline void ad__check(ad__cursor *c, uint64_t key)
-{
-    if (ad__alien(key, c->key0, c->next))
-        ad__foreign(c, key);
 }
 
 /* The calling thread's active tape (never NULL: an idle cursor when no
@@ -178,6 +177,35 @@ static inline uint32_t ad__push_at(ad__cursor *c, uint32_t a, double wa, uint32_
     return (uint32_t)c->next++;
 }
 
+/* Out of line: ad__push_keys found an argument's key outside the
+ * recording's, or no room: a key of another recording fails the recording
+ * (AD_EFOREIGN) and 0 is returned; else the record goes to ad__push_slow. */
+AD_API uint32_t ad__push_keyed_slow(ad__cursor *c, uint64_t ka, double wa, uint64_t kb, double wb,
+                                    int op, double x, double y, double v);
+
+/* A record whose arguments are given by their keys (ad__key), checked
+ * against the recording as the record is written: a constant argument
+ * passes key0, the key of ID 0 (the sink) in this recording.  The checks
+ * and the room test are one unlikely branch, whose target does not return
+ * into this path, so nothing here is reloaded after it. */
+static inline uint32_t ad__push_keys(ad__cursor *c, uint64_t ka, double wa, uint64_t kb, double wb,
+                                     int op, double x, double y, double v)
+{
+    ad__record *r = c->cur;
+    uint64_t key0 = c->key0, next = c->next;
+    if (AD__UNLIKELY((uintptr_t)r >= (uintptr_t)c->end) ||
+        AD__UNLIKELY((ka - key0 >= next) | (kb - key0 >= next)))
+        return ad__push_keyed_slow(c, ka, wa, kb, wb, op, x, y, v);
+    ad__ahead(r);
+    r->a = (uint32_t)ka;  /* key0's ID is 0 */
+    r->b = (uint32_t)kb;
+    r->wa = wa;
+    r->wb = wb;
+    c->cur = r + 1;
+    c->next = next + 1;
+    return (uint32_t)next;
+}
+
 /* A record whose partials are constants (a sum, a header). */
 static inline uint32_t ad__push(ad__cursor *c, uint32_t a, double wa, uint32_t b, double wb)
 {
@@ -205,7 +233,7 @@ static inline ad__slots ad__slots_begin(void)
     return s;
 }
 
-/* Checks an argument of the run against the recording (ad__check). */
+/* Checks an argument of the run against the recording (ad__alien). */
 static inline void ad__slots_check(const ad__slots *s, uint64_t key)
 {
     if (ad__alien(key, s->key0, s->span))

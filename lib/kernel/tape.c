@@ -422,6 +422,19 @@ void ad__foreign(ad__cursor *c, uint64_t key)
         ad_tape_fail(t, AD_EFOREIGN);
 }
 
+uint32_t ad__push_keyed_slow(ad__cursor *c, uint64_t ka, double wa, uint64_t kb, double wb, int op,
+                             double x, double y, double v)
+{
+    if (ad__alien(ka, c->key0, c->next) || ad__alien(kb, c->key0, c->next)) {
+        ad__foreign(c, ad__alien(ka, c->key0, c->next) ? ka : kb);
+        return 0;
+    }
+    /* constants of another tag come as their own keys: ID 0 */
+    uint32_t a = (uint32_t)ka ? (uint32_t)(ka - c->key0) : 0;
+    uint32_t b = (uint32_t)kb ? (uint32_t)(kb - c->key0) : 0;
+    return ad__push_slow(c, a, wa, b, wb, op, x, y, v);
+}
+
 int ad_reals_mine(ad_tape *t, size_t n, const ad_real *x)
 {
     const ad__cursor *c = &t->cursor;

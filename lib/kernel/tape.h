@@ -195,7 +195,7 @@ AD_HIDDEN void ad_tape_fail(ad_tape *t, ad_status s);
 AD_HIDDEN ad_status ad_fail_recording(ad_status s);
 
 /* Whether every active one of x[0..n) belongs to the recording t (record.h,
- * ad__check); if not, t fails with AD_EFOREIGN. */
+ * ad__alien); if not, t fails with AD_EFOREIGN. */
 AD_HIDDEN int ad_reals_mine(ad_tape *t, size_t n, const ad_real *x);
 
 /* Whether any of x[0..n) is active (not a constant). */

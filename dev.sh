@@ -72,9 +72,9 @@ warnings)
     CC=gcc CXX=g++ configure build-gcc-werror -Dwerror=true
     CC=clang CXX=clang++ configure build-clang-werror -Dwerror=true
     # The benchmarks are not built by default; build them here too.
-    ninja -C build-gcc-werror benchmarks/dualrev-bench benchmarks/ba-bench benchmarks/gmm-bench \
+    ninja -C build-gcc-werror benchmarks/dualrev-bench benchmarks/ba-bench benchmarks/gmm-bench benchmarks/lstm-bench \
         benchmarks/loop-bench benchmarks/sum-bench
-    ninja -C build-clang-werror benchmarks/dualrev-bench benchmarks/ba-bench benchmarks/gmm-bench \
+    ninja -C build-clang-werror benchmarks/dualrev-bench benchmarks/ba-bench benchmarks/gmm-bench benchmarks/lstm-bench \
         benchmarks/loop-bench benchmarks/sum-bench
     ;;
 i386)

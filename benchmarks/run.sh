@@ -1,5 +1,5 @@
 #!/bin/sh
-# Builds dualrev-bench, ba-bench and gmm-bench, runs them, keeps their tables and TSV files in
+# Builds dualrev-bench, ba-bench, gmm-bench and lstm-bench, runs them, keeps their tables and TSV files in
 # benchmarks/results/, and plots them when gnuplot is installed.
 #   benchmarks/run.sh [dualrev-bench options, e.g. --max-n 100000]
 # BUILD_DIR: the meson build directory (default: build; set up if missing).
@@ -13,7 +13,8 @@ out=$here/results
 if [ ! -f "$build/build.ninja" ]; then
     meson setup "$build" "$root"
 fi
-ninja -C "$build" benchmarks/dualrev-bench benchmarks/ba-bench benchmarks/gmm-bench
+ninja -C "$build" benchmarks/dualrev-bench benchmarks/ba-bench benchmarks/gmm-bench \
+    benchmarks/lstm-bench
 mkdir -p "$out"
 
 # tee shows the table as it grows; the status file keeps the program's exit
@@ -47,6 +48,13 @@ echo
 gmm_status=$(cat "$out/status")
 rm -f "$out/status"
 [ "$gmm_status" -eq 0 ] || status=$gmm_status
+
+# Then ADBench LSTM (lstm_bench.c); its table goes to results/lstm.txt.
+echo
+lstm_status=0
+"$build/benchmarks/lstm-bench" >"$out/lstm.txt" || lstm_status=$?
+cat "$out/lstm.txt"
+[ "$lstm_status" -eq 0 ] || status=$lstm_status
 
 if command -v gnuplot >/dev/null 2>&1; then
     gnuplot -e "dir='$out'; term='${PLOT_TERM:-svg}'" "$here/plot.gp"

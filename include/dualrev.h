@@ -175,6 +175,13 @@ AD_API ad_status ad_linearize(ad_function f, void *ctx, size_t n, const double *
                               size_t m, double *y, ad_linear **out);
 AD_API ad_status ad_linear_jvp(ad_linear *L, const double *v, double *jv);
 AD_API ad_status ad_linear_vjp(ad_linear *L, const double *w, double *wj);
+/* k directions at once: V holds k vectors of length n (direction j at
+ * V + j*n), JV gets J v_j at JV + j*m; W holds k cotangents of length m
+ * (at W + j*m), WJ gets w_j^T J at WJ + j*n.  Several directions share each
+ * sweep over the recording; the results equal k single calls.  k = 0 does
+ * nothing. */
+AD_API ad_status ad_linear_jvps(ad_linear *L, size_t k, const double *V, double *JV);
+AD_API ad_status ad_linear_vjps(ad_linear *L, size_t k, const double *W, double *WJ);
 AD_API void ad_linear_free(ad_linear *L);
 
 /* Compressed sparse rows: row i holds col[row_ptr[i] .. row_ptr[i+1]) and

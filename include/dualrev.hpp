@@ -870,6 +870,34 @@ public:
         vjp(w, wj);
         return wj;
     }
+    // k directions at once (ad_linear_jvps): V holds k vectors of cols(),
+    // JV gets k results of rows(), direction j at j * cols() and j * rows().
+    void jvps(std::size_t k, array_view V, array_ref JV)
+    {
+        detail::check_size("JV", JV.size(), k * rows(), {JV});
+        detail::check_size("V", V.size(), k * n_, {JV});
+        check(ad_linear_jvps(L_, k, V.data(), JV.data()));
+    }
+    std::vector<double> jvps(std::size_t k, array_view V)
+    {
+        std::vector<double> JV(k * rows());
+        jvps(k, V, JV);
+        return JV;
+    }
+    // k cotangents at once (ad_linear_vjps): W holds k of rows(), WJ gets k
+    // of cols().
+    void vjps(std::size_t k, array_view W, array_ref WJ)
+    {
+        detail::check_size("WJ", WJ.size(), k * n_, {WJ});
+        detail::check_size("W", W.size(), k * rows(), {WJ});
+        check(ad_linear_vjps(L_, k, W.data(), WJ.data()));
+    }
+    std::vector<double> vjps(std::size_t k, array_view W)
+    {
+        std::vector<double> WJ(k * n_);
+        vjps(k, W, WJ);
+        return WJ;
+    }
 
     ad_linear *get() const noexcept { return L_; }
 

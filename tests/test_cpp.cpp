@@ -911,6 +911,20 @@ void test_driver_sparse_and_linear(void **state)
         assert_int_equal(ad_linear_vjp(Lc, w.data(), wjc.data()), AD_OK);
         assert_vectors_bits(L.jvp(v), jvc, "jv");
         assert_vectors_bits(L.vjp(w), wjc, "wj");
+        // three directions at once: v, 2 v and the same again
+        std::vector<double> V(3 * n), W(3 * m), jv3(3 * m), wj3(3 * n);
+        for (std::size_t d = 0; d < 3; d++) {
+            for (std::size_t i = 0; i < n; i++)
+                V[d * n + i] = v[i] * (d == 1 ? 2.0 : 1.0);
+            for (std::size_t j = 0; j < m; j++)
+                W[d * m + j] = w[j] * (d == 1 ? 2.0 : 1.0);
+        }
+        assert_int_equal(ad_linear_jvps(Lc, 3, V.data(), jv3.data()), AD_OK);
+        assert_int_equal(ad_linear_vjps(Lc, 3, W.data(), wj3.data()), AD_OK);
+        assert_vectors_bits(L.jvps(3, V), jv3, "JV");
+        assert_vectors_bits(L.vjps(3, W), wj3, "WJ");
+        for (std::size_t j = 0; j < m; j++)
+            assert_bits(jv3[2 * m + j], jvc[j], "entry", "jvps", 0.0, 0.0);
         v[0] += 1.0;
         w[2] -= 0.5;
     }

@@ -891,6 +891,154 @@ static void test_linearize_reuse(void **state)
     }
 }
 
+/* ---- many directions at once (ad_linear_jvps, ad_linear_vjps) ---- */
+
+/* k directions through L against k single calls, bit for bit (NaN where
+ * they give NaN), V and W with some entries 0, +-Inf and NaN when `edges`. */
+static void check_directions(ad_linear *L, size_t n, size_t m, size_t k, int edges, uint64_t *rng)
+{
+    size_t kn = k * n + 1, km = k * m + 1;
+    double *V = xmalloc(kn * sizeof *V), *JV = xmalloc(km * sizeof *JV), *one = xmalloc(m * sizeof *one);
+    double *W = xmalloc(km * sizeof *W), *WJ = xmalloc(kn * sizeof *WJ), *row = xmalloc(n * sizeof *row);
+    static const double edge[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 1e308, 5e-324};
+    fill_uniform(rng, V, k * n, -1.0, 1.0);
+    fill_uniform(rng, W, k * m, -1.0, 1.0);
+    for (size_t e = 0; edges && e < k; e++) {
+        V[e * n + rng_next(rng) % n] = edge[e % 7];
+        W[e * m + rng_next(rng) % m] = edge[(e + 3) % 7];
+    }
+    /* A call fails as the first of its single calls that fails, with NaN
+     * results for every direction. */
+    ad_status fwd = ad_linear_jvps(L, k, V, JV), rev = ad_linear_vjps(L, k, W, WJ);
+    ad_status fwd1 = AD_OK, rev1 = AD_OK;
+    for (size_t j = 0; j < k; j++) {
+        ad_status s = ad_linear_jvp(L, V + j * n, one);
+        fwd1 = fwd1 != AD_OK ? fwd1 : s;
+        for (size_t q = 0; q < m; q++)
+            if (fwd == AD_OK)
+                assert_same(JV[j * m + q], one[q]);
+            else
+                assert_nan(JV[j * m + q]);
+        s = ad_linear_vjp(L, W + j * m, row);
+        rev1 = rev1 != AD_OK ? rev1 : s;
+        for (size_t i = 0; i < n; i++)
+            if (rev == AD_OK)
+                assert_same(WJ[j * n + i], row[i]);
+            else
+                assert_nan(WJ[j * n + i]);
+    }
+    assert_int_equal(fwd, fwd1);
+    assert_int_equal(rev, rev1);
+    assert_true(edges || (fwd == AD_OK && rev == AD_OK));
+    free(V), free(JV), free(one), free(W), free(WJ), free(row);
+}
+
+static void test_directions_against_single_calls(void **state)
+{
+    static const size_t ks[] = {0, 1, 3, 4, 5, 8, 26};
+    uint64_t rng = 0x1a4e5;
+    double x[20], y[30];
+    (void)state;
+    fill_uniform(&rng, x, 20, 0.5, 2.0);
+    ad_linear *L = NULL;
+    assert_int_equal(ad_linearize(mixed, NULL, 20, x, 30, y, &L), AD_OK);
+    for (size_t i = 0; i < sizeof ks / sizeof *ks; i++) {
+        check_directions(L, 20, 30, ks[i], 0, &rng);
+        check_directions(L, 20, 30, ks[i], 1, &rng);
+    }
+    ad_linear_free(L);
+    for (int t = 0; t < 6; t++) {  /* random programs, some long (several chunks) */
+        size_t n = 1 + rng_next(&rng) % 10, m = 1 + rng_next(&rng) % 10;
+        double px[10], py[10];
+        program p;
+        fill_uniform(&rng, px, n, -2.0, 2.0);
+        program_make(&p, &rng, n, m, t == 5 ? 100000 : 300, 0, px);
+        assert_int_equal(ad_linearize(program_f, &p, n, px, m, py, &L), AD_OK);
+        check_directions(L, n, m, ks[1 + (size_t)t % 6], t & 1, &rng);
+        ad_linear_free(L);
+        program_free(&p);
+    }
+}
+
+/* J v_j and w_j^T J of mixed against its closed-form Jacobian. */
+static void test_directions_closed_form(void **state)
+{
+    enum { N = 20, M = 30, K = 26 };
+    uint64_t rng = 0xd1e5;
+    double x[N], y[M], yw[M], *J = xmalloc(N * M * sizeof *J);
+    double *V = xmalloc(K * N * sizeof *V), *JV = xmalloc(K * M * sizeof *JV);
+    double *W = xmalloc(K * M * sizeof *W), *WJ = xmalloc(K * N * sizeof *WJ);
+    (void)state;
+    fill_uniform(&rng, x, N, 0.5, 2.0);
+    mixed_want(N, M, x, yw, J);
+    ad_linear *L = NULL;
+    assert_int_equal(ad_linearize(mixed, NULL, N, x, M, y, &L), AD_OK);
+    fill_uniform(&rng, V, K * N, -1.0, 1.0);
+    fill_uniform(&rng, W, K * M, -1.0, 1.0);
+    assert_int_equal(ad_linear_jvps(L, K, V, JV), AD_OK);
+    assert_int_equal(ad_linear_vjps(L, K, W, WJ), AD_OK);
+    for (size_t d = 0; d < K; d++) {
+        for (size_t j = 0; j < M; j++) {
+            double want = 0.0, scale = 0.0;
+            for (size_t i = 0; i < N; i++) {
+                want += J[j * N + i] * V[d * N + i];
+                scale += fabs(J[j * N + i] * V[d * N + i]);
+            }
+            assert_near(JV[d * M + j], want, 0.0, TOL_J * scale + 1e-300);
+        }
+        for (size_t i = 0; i < N; i++) {
+            double want = 0.0, scale = 0.0;
+            for (size_t j = 0; j < M; j++) {
+                want += W[d * M + j] * J[j * N + i];
+                scale += fabs(W[d * M + j] * J[j * N + i]);
+            }
+            assert_near(WJ[d * N + i], want, 0.0, TOL_J * scale + 1e-300);
+        }
+    }
+    ad_linear_free(L);
+    free(J), free(V), free(JV), free(W), free(WJ);
+}
+
+static void test_directions_errors(void **state)
+{
+    double x[3] = {0.7, 1.1, 1.3}, y[4], V[6] = {1, 0, 0, 0, 1, 0}, JV[8], W[8] = {0}, WJ[6];
+    (void)state;
+    ad_linear *L = NULL;
+    assert_int_equal(ad_linear_jvps(NULL, 2, V, JV), AD_EINVAL);
+    assert_int_equal(ad_linear_vjps(NULL, 0, NULL, NULL), AD_EINVAL);
+    assert_int_equal(ad_linearize(mixed, NULL, 3, x, 4, y, &L), AD_OK);
+    assert_int_equal(ad_linear_jvps(L, 0, NULL, NULL), AD_OK);
+    assert_int_equal(ad_linear_vjps(L, 0, NULL, NULL), AD_OK);
+    assert_int_equal(ad_linear_jvps(L, 2, NULL, JV), AD_EINVAL);
+    for (size_t j = 0; j < 8; j++)
+        assert_nan(JV[j]);
+    assert_int_equal(ad_linear_jvps(L, 2, V, NULL), AD_EINVAL);
+    assert_int_equal(ad_linear_vjps(L, 2, W, NULL), AD_EINVAL);
+    assert_int_equal(ad_linear_vjps(L, 2, NULL, WJ), AD_EINVAL);
+    for (size_t i = 0; i < 6; i++)
+        assert_nan(WJ[i]);
+    assert_int_equal(ad_linear_jvps(L, SIZE_MAX / 2, V, JV), AD_EINVAL);
+    /* the first call with lanes takes their room: a failure there is
+     * AD_ENOMEM with NaN results, and the next call is right */
+    ad_test_fail_alloc_after(0);
+    ad_status s = ad_linear_jvps(L, 2, V, JV);
+    ad_test_fail_alloc_after(-1);
+    assert_int_equal(s, AD_ENOMEM);
+    for (size_t j = 0; j < 8; j++)
+        assert_nan(JV[j]);
+    assert_int_equal(ad_linear_jvps(L, 2, V, JV), AD_OK);
+    double col[4];
+    assert_int_equal(ad_linear_jvp(L, V + 3, col), AD_OK);
+    for (size_t j = 0; j < 4; j++)
+        assert_same(JV[4 + j], col[j]);
+    /* once the room is there, applying L allocates nothing */
+    ad_test_fail_alloc_after(0);
+    s = ad_linear_vjps(L, 2, W, WJ);
+    ad_test_fail_alloc_after(-1);
+    assert_int_equal(s, AD_OK);
+    ad_linear_free(L);
+}
+
 /* The map of a linearization against the closed form: J v and J^T w. */
 static void check_linear_against_closed_form(ad_linear *L, size_t n, size_t m, const double *Jw,
                                              uint64_t *rng)
@@ -1850,6 +1998,9 @@ int main(void)
         cmocka_unit_test(test_jacobian_random_programs),
         cmocka_unit_test(test_jacobian_random_programs_fd),
         cmocka_unit_test(test_linearize_reuse),
+        cmocka_unit_test(test_directions_against_single_calls),
+        cmocka_unit_test(test_directions_closed_form),
+        cmocka_unit_test(test_directions_errors),
         cmocka_unit_test(test_linearize_inside_gradient),
         cmocka_unit_test(test_linear_handle_keeps_its_own_tape),
         cmocka_unit_test(test_null_arguments),

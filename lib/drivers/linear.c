@@ -5,9 +5,11 @@
  * the forward sweep (tangent.c) applies J, the reverse sweep (resolve.c)
  * applies its transpose; whole Jacobians take blocks of them in lanes
  * (sweeps/jacobian.c). */
+#include <stdint.h>
 #include <string.h>
 
 #include "block.h"
+#include "check.h"
 #include "jacobian.h"
 #include "recording.h"
 #include "seeded.h"
@@ -146,6 +148,78 @@ ad_status ad_linear_vjp(ad_linear *L, const double *w, double *wj)
     if (s != AD_OK)
         ad_fill_nan(wj, L->n);
     return s;
+}
+
+/* k arrays of len doubles, or not: k * len would overflow. */
+static int too_many(size_t k, size_t len)
+{
+    return len && k > SIZE_MAX / len;
+}
+
+/* With AD_CHECK_FINITE: the fault of the first direction whose results
+ * are not all finite, as one ad_linear_jvp / ad_linear_vjp finds it. */
+static ad_status check_directions(ad_tape *t, int forward, size_t k, const double *in,
+                                  size_t in_len, const double *out, size_t out_len, uint32_t hi)
+{
+    for (size_t j = 0; j < k; j++) {
+        const double *o = out + j * out_len;
+        double sum = 0.0;
+        for (size_t i = 0; i < out_len; i++)
+            sum += o[i];
+        if (sum - sum == 0.0)
+            continue;
+        const double *d = in + j * in_len;
+        ad_status s = forward ? ad_check_forward(t, d, hi) : ad_check_reverse(t, in_len, d, hi);
+        if (s != AD_OK)
+            return s;
+    }
+    return AD_OK;
+}
+
+/* k directions through L's recording, AD_LANES a sweep. */
+static ad_status directions(ad_linear *L, int forward, size_t k, const double *in, double *out)
+{
+    size_t in_len = forward ? L->n : L->m, out_len = forward ? L->m : L->n;
+    ad_tape *t = &L->tape;
+    uint32_t hi = ad_outputs_top(t, L->m);
+    ad_status s = forward && t->traits & AD_BLOCK_NO_JVP ? AD_ENOTSUP : AD_OK;
+    if (s == AD_OK)  /* the lanes' room, kept for later calls */
+        s = ad_tape_borrow_adjoints(t, ((size_t)hi + 1) * AD_LANES);
+    if (s == AD_OK)
+        s = forward ? ad_directions_forward(t, L->n, L->m, hi, k, in, out)
+                    : ad_directions_reverse(t, L->n, L->m, hi, k, in, out);
+    if (s == AD_OK && t->checks)
+        s = check_directions(t, forward, k, in, in_len, out, out_len, hi);
+    return s;
+}
+
+/* ad_linear_jvps and ad_linear_vjps: in (k rows of in_len) to out (k rows
+ * of out_len). */
+static ad_status apply_many(ad_linear *L, int forward, size_t k, const double *in, double *out)
+{
+    size_t in_len = L ? (forward ? L->n : L->m) : 0, out_len = L ? (forward ? L->m : L->n) : 0;
+    if (!k)
+        return L ? AD_OK : AD_EINVAL;
+    if (!L || too_many(k, in_len) || too_many(k, out_len) || (in_len && !in) ||
+        (out_len && !out)) {
+        if (!too_many(k, out_len))
+            ad_fill_nan(out, k * out_len);
+        return AD_EINVAL;
+    }
+    ad_status s = directions(L, forward, k, in, out);
+    if (s != AD_OK)
+        ad_fill_nan(out, k * out_len);
+    return s;
+}
+
+ad_status ad_linear_jvps(ad_linear *L, size_t k, const double *V, double *JV)
+{
+    return apply_many(L, 1, k, V, JV);
+}
+
+ad_status ad_linear_vjps(ad_linear *L, size_t k, const double *W, double *WJ)
+{
+    return apply_many(L, 0, k, W, WJ);
 }
 
 void ad_linear_free(ad_linear *L)

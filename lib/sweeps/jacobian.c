@@ -13,52 +13,90 @@ static size_t lanes_for(size_t count)
     return count == 1 ? 1 : count == 2 ? 2 : AD_LANES;
 }
 
-/* A block of B rows or columns of J, from j0 (of m or n), L lanes, and
- * the top of its sweeps. */
+/* A block of B directions from j0, in L lanes, and the top of its
+ * sweeps.  Direction j seeds e_j (dirs NULL: a column or row of J) or
+ * dirs[j * len ..] (len n forward, m reverse); its results go to out + j
+ * * step, consecutive ones `to` apart (a Jacobian's column: step 1, to n;
+ * row: step n, to 1; J v_j: step m, to 1). */
 typedef struct jac_block {
-    double *jac;
+    double *out;
+    size_t step, to;
+    const double *dirs;
     size_t n, m, j0, B, L;
     uint32_t top;
 } jac_block;
 
-/* One pass of a block of columns (seeded.h, ad_pass): one forward sweep,
- * seeded scaled; an exact pass takes the block's columns one by one. */
+/* Tangents of the inputs of lane b (stride L) for direction j, scaled;
+ * an exact pass also marks the inputs it seeds. */
+static void seed_inputs(ad_tape *t, const jac_block *c, double *tan, size_t j, size_t b,
+                        const ad_retry *r, size_t L)
+{
+    size_t n = c->n;
+    if (!c->dirs) {
+        tan[(j + 1) * L + b] = r->scale;
+        if (r->exact)
+            ad_reach_mark(t, (uint32_t)(j + 1));
+        return;
+    }
+    const double *v = c->dirs + j * n;
+    for (size_t i = 0; i < n; i++) {
+        tan[(i + 1) * L + b] = v[i] * r->scale;
+        if (r->exact && v[i] != 0.0)
+            ad_reach_mark(t, (uint32_t)(i + 1));
+    }
+}
+
+/* One pass of a block of directions forward (seeded.h, ad_pass): one
+ * forward sweep in lanes, seeded scaled; an exact pass takes the block's
+ * directions one by one. */
 static double columns_pass(ad_tape *t, const ad_retry *r, void *ctx)
 {
     const jac_block *c = ctx;
     double *tan = t->adj, sum = 0.0;
-    size_t n = c->n, i0 = c->j0, B = c->B, L = c->L;
+    size_t n = c->n, j0 = c->j0, B = c->B, L = c->L;
     if (r->exact) {
         for (size_t b = 0; b < B; b++) {
             memset(tan, 0, (n + 1) * sizeof *tan);
-            tan[i0 + b + 1] = r->scale;
-            ad_reach_mark(t, (uint32_t)(i0 + b + 1));
+            seed_inputs(t, c, tan, j0 + b, 0, r, 1);
             ad_tangent_reached(t, tan, c->top);
             ad_reach_clear(t, c->top);
-            sum += ad_results_of(r, c->jac + i0 + b, n, tan, 1, t->outputs, c->m);
+            sum += ad_results_of(r, c->out + (j0 + b) * c->step, c->to, tan, 1, t->outputs, c->m);
         }
         return sum;
     }
     memset(tan, 0, (n + 1) * L * sizeof *tan);
     for (size_t b = 0; b < B; b++)
-        tan[(i0 + b + 1) * L + b] = r->scale;
+        seed_inputs(t, c, tan, j0 + b, b, r, L);
     ad_tangent(t, tan, c->top, L);
     for (size_t b = 0; b < B; b++)
-        sum += ad_results_of(r, c->jac + i0 + b, n, tan + b, L, t->outputs, c->m);
+        sum += ad_results_of(r, c->out + (j0 + b) * c->step, c->to, tan + b, L, t->outputs, c->m);
     return sum;
 }
 
-/* Columns of J, AD_LANES at a time (seeded.h, "Scaled seeds"). */
-ad_status ad_jacobian_columns(ad_tape *t, size_t n, size_t m, uint32_t hi, double *jac)
+/* k directions forward, AD_LANES at a time (seeded.h, "Scaled seeds"). */
+static ad_status forward_blocks(ad_tape *t, jac_block c, size_t k)
 {
-    for (size_t i0 = 0; i0 < n; i0 += AD_LANES) {
-        size_t B = n - i0 < AD_LANES ? n - i0 : AD_LANES;
-        jac_block c = {jac, n, m, i0, B, lanes_for(B), hi};
-        ad_status s = ad_seeded(t, hi, AD_SEEDED_EXACT, columns_pass, &c, NULL);
+    for (c.j0 = 0; c.j0 < k; c.j0 += AD_LANES) {
+        c.B = k - c.j0 < AD_LANES ? k - c.j0 : AD_LANES;
+        c.L = lanes_for(c.B);
+        ad_status s = ad_seeded(t, c.top, AD_SEEDED_EXACT, columns_pass, &c, NULL);
         if (s != AD_OK)
             return s;
     }
     return AD_OK;
+}
+
+ad_status ad_jacobian_columns(ad_tape *t, size_t n, size_t m, uint32_t hi, double *jac)
+{
+    jac_block c = {jac, 1, n, NULL, n, m, 0, 0, 0, hi};
+    return forward_blocks(t, c, n);
+}
+
+ad_status ad_directions_forward(ad_tape *t, size_t n, size_t m, uint32_t hi, size_t k,
+                                const double *V, double *JV)
+{
+    jac_block c = {JV, m, 1, V, n, m, 0, 0, 0, hi};
+    return forward_blocks(t, c, k);
 }
 
 /* Rows j0 .. j0 + B of J from the inputs' cotangents, lane b row j0 + b,
@@ -98,9 +136,31 @@ static double rows_out_any(const double *adj, size_t n, size_t j0, size_t B, dou
                     : rows_out(adj, n, j0, B, jac, r, AD_LANES);
 }
 
-/* One pass of a block of rows (seeded.h, ad_pass): one reverse sweep,
- * from the block's highest output down, seeded scaled; an exact pass
- * takes the block's rows one by one. */
+/* Cotangents of the outputs in lane b (stride L) for direction j, scaled
+ * (outputs that share an ID add up); an exact pass also marks the outputs
+ * it seeds. */
+static void seed_outputs(ad_tape *t, const jac_block *c, double *adj, size_t j, size_t b,
+                         const ad_retry *r, size_t L)
+{
+    if (!c->dirs) {
+        uint32_t out = t->outputs[j].id;
+        adj[(size_t)out * L + b] += r->scale;
+        if (r->exact)
+            ad_reach_mark(t, out);
+        return;
+    }
+    const double *w = c->dirs + j * c->m;
+    for (size_t q = 0; q < c->m; q++) {
+        uint32_t out = t->outputs[q].id;
+        adj[(size_t)out * L + b] += w[q] * r->scale;
+        if (r->exact && w[q] != 0.0)
+            ad_reach_mark(t, out);
+    }
+}
+
+/* One pass of a block of rows or directions backward (seeded.h,
+ * ad_pass): one reverse sweep in lanes, from the block's highest output
+ * down, seeded scaled; an exact pass takes the block's rows one by one. */
 static double rows_pass(ad_tape *t, const ad_retry *r, void *ctx)
 {
     const jac_block *c = ctx;
@@ -110,35 +170,66 @@ static double rows_pass(ad_tape *t, const ad_retry *r, void *ctx)
     if (r->exact) {
         double sum = 0.0;
         for (size_t b = 0; b < B; b++) {
-            uint32_t out = t->outputs[j0 + b].id;
             memset(adj, 0, ((size_t)top + 1) * sizeof *adj);
-            adj[out] = r->scale;
-            ad_reach_mark(t, out);
+            seed_outputs(t, c, adj, j0 + b, 0, r, 1);
             ad_resolve_reached(t, adj, top);
             ad_reach_clear(t, top);
-            sum += ad_results(r, c->jac + (j0 + b) * n, 1, adj + 1, 1, n);
+            sum += ad_results(r, c->out + (j0 + b) * n, 1, adj + 1, 1, n);
         }
         return sum;
     }
     memset(adj, 0, ((size_t)top + 1) * L * sizeof *adj);
     for (size_t b = 0; b < B; b++)
-        adj[(size_t)t->outputs[j0 + b].id * L + b] += r->scale;
+        seed_outputs(t, c, adj, j0 + b, b, r, L);
     ad_resolve(t, adj, top, L);
-    return rows_out_any(adj, n, j0, B, c->jac, r, L);
+    return rows_out_any(adj, n, j0, B, c->out, r, L);
 }
 
-/* Rows of J, AD_LANES at a time, each block swept from its highest output
- * down (hi, every output's, for a single block) (seeded.h, "Scaled
- * seeds"). */
-ad_status ad_jacobian_rows(ad_tape *t, size_t n, size_t m, uint32_t hi, double *jac)
+/* A block whose last pass overflowed with a NaN among its results: which
+ * of its rows does (the NaN may be another row's own, the overflow yet
+ * another's), each swept alone as ad_reverse sweeps it. */
+static ad_status reverse_one_by_one(ad_tape *t, jac_block c)
 {
-    for (size_t j0 = 0; j0 < m; j0 += AD_LANES) {
-        size_t B = m - j0 < AD_LANES ? m - j0 : AD_LANES;
-        uint32_t top = B == m ? hi : ad_outputs_top_of(t, j0, B);
-        jac_block c = {jac, n, m, j0, B, lanes_for(B), top};
-        ad_status s = ad_seeded(t, top, AD_SEEDED_EXACT | AD_SEEDED_OVER, rows_pass, &c, NULL);
+    size_t j0 = c.j0, B = c.B;
+    for (size_t b = 0; b < B; b++) {
+        c.j0 = j0 + b;
+        c.B = c.L = 1;
+        if (!c.dirs)
+            c.top = ad_outputs_top_of(t, c.j0, 1);
+        ad_status s = ad_seeded(t, c.top, AD_SEEDED_EXACT | AD_SEEDED_OVER, rows_pass, &c, NULL);
         if (s != AD_OK)
             return s;
     }
     return AD_OK;
+}
+
+/* k rows or directions backward, AD_LANES at a time, each block of rows
+ * swept from its highest output down (seeded.h, "Scaled seeds"). */
+static ad_status reverse_blocks(ad_tape *t, jac_block c, size_t k)
+{
+    uint32_t hi = c.top;
+    for (c.j0 = 0; c.j0 < k; c.j0 += AD_LANES) {
+        c.B = k - c.j0 < AD_LANES ? k - c.j0 : AD_LANES;
+        c.L = lanes_for(c.B);
+        c.top = c.dirs || c.B == c.m ? hi : ad_outputs_top_of(t, c.j0, c.B);
+        ad_status s = ad_seeded(t, c.top, AD_SEEDED_EXACT | AD_SEEDED_OVER, rows_pass, &c, NULL);
+        if (s == AD_EOVERFLOW && c.B > 1)
+            s = reverse_one_by_one(t, c);
+        if (s != AD_OK)
+            return s;
+    }
+    return AD_OK;
+}
+
+ad_status ad_jacobian_rows(ad_tape *t, size_t n, size_t m, uint32_t hi, double *jac)
+{
+    jac_block c = {jac, n, 1, NULL, n, m, 0, 0, 0, hi};
+    return reverse_blocks(t, c, m);
+}
+
+ad_status ad_directions_reverse(ad_tape *t, size_t n, size_t m, uint32_t hi, size_t k,
+                                const double *W, double *WJ)
+{
+    jac_block c = {WJ, n, 1, W, n, m, 0, 0, 0, hi};
+    return reverse_blocks(t, c, k);
 }

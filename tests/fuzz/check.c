@@ -191,6 +191,47 @@ static void drv_jacobian(check_ctx *c, double *j0)
     free(y), free(J);
 }
 
+/* ad_linear_jvps and ad_linear_vjps with DIRS directions (v and w among
+ * them, scaled copies, unit vectors) against the single calls on the same
+ * linearisation: the same status as the first single call that fails, and
+ * the same bits otherwise (lanes must not change a result). */
+#define DIRS 5
+
+static void direction_seeds(double *D, const double *base, int len)
+{
+    static const double scale[DIRS] = {1.0, -2.0, 0.5, 0.0, 1.0};
+    for (int d = 0; d < DIRS; d++)
+        for (int i = 0; i < len; i++)
+            D[d * len + i] = d == 4 ? (i == len / 2) : base[i] * scale[d];
+}
+
+static void directions_one_way(check_ctx *c, ad_linear *L, int forward, int in_len, int out_len,
+                               const double *base)
+{
+    const char *name = forward ? "ad_linear_jvps" : "ad_linear_vjps";
+    double *D = dalloc(DIRS * in_len + 1), *R = dalloc(DIRS * out_len + 1), *one = dalloc(out_len + 1);
+    direction_seeds(D, base, in_len);
+    ad_status many = forward ? ad_linear_jvps(L, DIRS, D, R) : ad_linear_vjps(L, DIRS, D, R);
+    ad_status first = AD_OK;
+    for (int d = 0; d < DIRS; d++) {
+        ad_status s = forward ? ad_linear_jvp(L, D + d * in_len, one) : ad_linear_vjp(L, D + d * in_len, one);
+        first = first != AD_OK ? first : s;
+        for (int q = 0; many == AD_OK && s == AD_OK && q < out_len; q++)
+            if (!same_bits(R[d * out_len + q], one[q]))
+                fail(c, name, "lane", forward ? -1 : q, forward ? q : -1, R[d * out_len + q], one[q], 0);
+    }
+    if (many != first)
+        fail(c, name, "status", (int)first, -1, (double)many, first, 0);
+    free(D), free(R), free(one);
+}
+
+static void directions(check_ctx *c, ad_linear *L)
+{
+    const prog *p = c->p;
+    directions_one_way(c, L, 1, p->n, p->m, p->v);
+    directions_one_way(c, L, 0, p->m, p->n, p->w);
+}
+
 static void drv_linear(check_ctx *c)
 {
     const prog *p = c->p;
@@ -204,6 +245,7 @@ static void drv_linear(check_ctx *c)
         if (status(c, "ad_linear_vjp", ad_linear_vjp(L, p->w, wj), AD_OK))
             for (int i = 0; i < p->n; i++)
                 entry(c, "ad_linear_vjp", i, -1, wj[i], &c->rw, i, i, NULL, 0);
+        directions(c, L);
     }
     ad_linear_free(L);
     free(y), free(jv), free(wj);

@@ -203,9 +203,11 @@ for side in before after; do
     if [ $side = before ]; then inc=$work/before/include lib=$lib_before; else inc=$root/include lib=$lib_after; fi
     rpath=$(dirname "$lib")
     $cc $cflags -I"$drv" -I"$inc" -o "$work/bench-$side" "${srcs[@]}" "$lib" -Wl,-rpath,"$rpath" -lm
-    # GMM's source is the working tree's on both sides: only the library differs.
-    $cc $cflags -g -I"$drv" -I"$root/benchmarks/gmm" -I"$inc" -o "$work/workload-$side" \
-        "$work/workload.c" "$drv/programs.c" "$root/benchmarks/gmm/gmm.c" "$lib" \
+    # GMM's source is the working tree's on both sides, with the reader under
+    # its loader (adbench/, no dualrev header): only the library differs.
+    $cc $cflags -g -I"$drv" -I"$root/benchmarks/gmm" -I"$root/benchmarks/adbench" -I"$inc" \
+        -o "$work/workload-$side" "$work/workload.c" "$drv/programs.c" \
+        "$root/benchmarks/gmm/gmm.c" "$root/benchmarks/adbench/reader.c" "$lib" \
         -Wl,-rpath,"$rpath" -lm
 done
 echo "driver: $rev_id's dualrev-bench (no ADOL-C), $cc $cflags"

@@ -1,15 +1,14 @@
 /* ADBench LSTM: see lstm.h. */
-#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "lstm.h"
+#include "reader.h"
 
 #define T double
 #define NAME(id) id##_d
@@ -21,12 +20,6 @@
 
 /* ---- sizes ---- */
 
-/* a * b, or SIZE_MAX if that overflows */
-static size_t mul_sat(size_t a, size_t b)
-{
-    return b && a > SIZE_MAX / b ? SIZE_MAX : a * b;
-}
-
 /* Sizes whose every derived count (inputs, state, text, scratch, bytes of
  * each array) fits a size_t with room to spare: what a file claims is
  * checked before anything is allocated or indexed with it.  c >= 2: the
@@ -34,8 +27,8 @@ static size_t mul_sat(size_t a, size_t b)
 static int sizes_fit(size_t l, size_t c, size_t b)
 {
     size_t limit = SIZE_MAX / 64;
-    return l && c >= 2 && b && l < limit && mul_sat(mul_sat(8, l) + 3, b) < limit
-           && mul_sat(c, b) < limit;
+    return l && c >= 2 && b && l < limit && adb_mul_sat(adb_mul_sat(8, l) + 3, b) < limit
+           && adb_mul_sat(c, b) < limit;
 }
 
 size_t lstm_inputs(const lstm_problem *p)
@@ -52,111 +45,38 @@ void lstm_pack(const lstm_problem *p, double *params)
 
 /* ---- reading numbers, with the line they were on ---- */
 
-typedef struct reader {
-    FILE *f;
-    const char *name;
-    size_t line;  /* 1-based line of the next character */
-    size_t last;  /* line of the last token read */
-    char *err;    /* LSTM_ERR_SIZE bytes, or NULL */
-} reader;
-
-#if defined(__GNUC__) || defined(__clang__)
-#define LSTM_PRINTF(f, a) __attribute__((format(printf, f, a)))
-#else
-#define LSTM_PRINTF(f, a)
-#endif
-
-/* Writes "name:line: message" to r->err; returns EINVAL. */
-LSTM_PRINTF(2, 3) static int fail(const reader *r, const char *fmt, ...)
-{
-    if (r->err) {
-        va_list ap;
-        int len = snprintf(r->err, LSTM_ERR_SIZE, "%s:%zu: ", r->name, r->line);
-        va_start(ap, fmt);
-        if (len >= 0 && len < LSTM_ERR_SIZE)
-            vsnprintf(r->err + len, LSTM_ERR_SIZE - (size_t)len, fmt, ap);
-        va_end(ap);
-    }
-    return EINVAL;
-}
-
-/* The next whitespace-separated token of at most size - 1 characters.
- * Returns 1, 0 at the end of the file, -1 for a token too long. */
-static int next_token(reader *r, char *buf, size_t size)
-{
-    int c;
-    while ((c = getc(r->f)) != EOF && isspace(c))
-        r->line += c == '\n';
-    if (c == EOF) {
-        r->line = r->last;  /* name the last line that had something */
-        return 0;
-    }
-    r->last = r->line;
-    size_t len = 0;
-    do {
-        if (len + 1 >= size)
-            return -1;
-        buf[len++] = (char)c;
-    } while ((c = getc(r->f)) != EOF && !isspace(c));
-    if (c != EOF)
-        ungetc(c, r->f);  /* a newline is counted when the next token is sought */
-    buf[len] = '\0';
-    return 1;
-}
-
-/* Longer than any number written in full */
-#define TOKEN_MAX 64
-
 /* what[0..count) as finite doubles; `what` names the row in errors. */
-static int read_row(reader *r, double *dst, size_t count, const char *what)
+static int read_row(adb_reader *r, double *dst, size_t count, const char *what)
 {
-    char tok[TOKEN_MAX], *end = tok;
+    char tok[ADB_TOKEN_MAX];
     for (size_t i = 0; i < count; i++) {
-        int got = next_token(r, tok, sizeof tok);
-        if (got > 0) {
-            dst[i] = strtod(tok, &end);
-            if (!*end && end != tok && isfinite(dst[i]))
-                continue;
-        }
-        if (got == 0)
-            return fail(r, "the file ends here; %s[%zu] expected next", what, i);
-        return fail(r, "%s[%zu]: expected a finite number, found \"%s\"", what, i,
-                    got > 0 ? tok : "(too long)");
+        int got = adb_next_double(r, &dst[i], tok);
+        if (got == ADB_GOT)
+            continue;
+        if (got == ADB_END)
+            return adb_fail(r, "the file ends here; %s[%zu] expected next", what, i);
+        return adb_fail(r, "%s[%zu]: expected a finite number, found \"%s\"", what, i,
+                        got == ADB_TOO_LONG ? "(too long)" : tok);
     }
-    return 0;
-}
-
-/* The next token as an integer in [lo, hi]. */
-static int read_integer(reader *r, long long *v, long long lo, long long hi, const char *what)
-{
-    char tok[TOKEN_MAX], *end;
-    int got = next_token(r, tok, sizeof tok);
-    if (got == 0)
-        return fail(r, "the file ends here; %s expected next", what);
-    errno = 0;
-    *v = got > 0 ? strtoll(tok, &end, 10) : 0;
-    if (got < 0 || *end || end == tok || errno || *v < lo || *v > hi)
-        return fail(r, "%s: expected an integer in [%lld, %lld], found \"%s\"", what, lo, hi,
-                    got > 0 ? tok : "(too long)");
     return 0;
 }
 
 /* ---- the data file ---- */
 
-static int read_sizes(reader *r, lstm_problem *p)
+static int read_sizes(adb_reader *r, lstm_problem *p)
 {
     long long v[3];
     const long long lo[3] = {1, 2, 1};
     const char *what[3] = {"l (layers)", "c (characters)", "b (bits per character)"};
     for (int i = 0; i < 3; i++) {
-        int e = read_integer(r, &v[i], lo[i], LLONG_MAX, what[i]);
+        int e = adb_read_integer(r, &v[i], lo[i], LLONG_MAX, what[i]);
         if (e)
             return e;
     }
     if ((unsigned long long)v[0] > SIZE_MAX || (unsigned long long)v[1] > SIZE_MAX
         || (unsigned long long)v[2] > SIZE_MAX
         || !sizes_fit((size_t)v[0], (size_t)v[1], (size_t)v[2]))
-        return fail(r, "sizes l c b = %lld %lld %lld are too large", v[0], v[1], v[2]);
+        return adb_fail(r, "sizes l c b = %lld %lld %lld are too large", v[0], v[1], v[2]);
     p->l = (size_t)v[0];
     p->c = (size_t)v[1];
     p->b = (size_t)v[2];
@@ -174,7 +94,7 @@ static int alloc_problem(lstm_problem *p)
 
 /* The blocks in the file's order: per layer a row of 4b weights and one of
  * 4b biases; in_w, out_w, out_b; per layer h and c; the text. */
-static int read_blocks(reader *r, lstm_problem *p)
+static int read_blocks(adb_reader *r, lstm_problem *p)
 {
     static const char *const extra[3] = {"in_w", "out_w", "out_b"};
     char what[64];
@@ -200,62 +120,36 @@ static int read_blocks(reader *r, lstm_problem *p)
     return e;
 }
 
-static int parse_problem(reader *r, lstm_problem *p)
+static int parse_problem(adb_reader *r, lstm_problem *p)
 {
-    char tok[TOKEN_MAX];
     int e = read_sizes(r, p);
     if (e)
         return e;
-    if (alloc_problem(p)) {
-        if (r->err)
-            snprintf(r->err, LSTM_ERR_SIZE, "%s: no memory for l c b = %zu %zu %zu", r->name,
-                     p->l, p->c, p->b);
-        return ENOMEM;
-    }
+    if (alloc_problem(p))
+        return adb_error(r, ENOMEM, "no memory for l c b = %zu %zu %zu", p->l, p->c, p->b);
     if ((e = read_blocks(r, p)))
         return e;
-    if (next_token(r, tok, sizeof tok) != 0)
-        return fail(r, "unexpected data after the %zu characters", p->c);
+    if (!adb_at_end(r))
+        return adb_fail(r, "unexpected data after the %zu characters", p->c);
     return 0;
 }
 
 int lstm_read(FILE *f, const char *name, lstm_problem *p, char err[LSTM_ERR_SIZE])
 {
-    reader r = {f, name, 1, 1, err};
+    adb_reader r;
+    adb_tokens(&r, f, name, err, LSTM_ERR_SIZE);
     memset(p, 0, sizeof *p);
-    if (err)
-        err[0] = '\0';
     int e = parse_problem(&r, p);
-    if (!e)
-        return 0;
-    lstm_free(p);
-    errno = e;
-    return -1;
-}
-
-/* fopen, with its failure described in err. */
-static FILE *open_file(const char *path, char *err)
-{
-    FILE *f = fopen(path, "r");
-    if (!f && err) {
-        int e = errno;
-        snprintf(err, LSTM_ERR_SIZE, "%s: %s", path, strerror(e));
-        errno = e;
-    }
-    return f;
+    if (e)
+        lstm_free(p);
+    return adb_status(e);
 }
 
 int lstm_load(const char *path, lstm_problem *p, char err[LSTM_ERR_SIZE])
 {
     memset(p, 0, sizeof *p);
-    FILE *f = open_file(path, err);
-    if (!f)
-        return -1;
-    int st = lstm_read(f, path, p, err);
-    int e = errno;
-    fclose(f);
-    errno = e;
-    return st;
+    FILE *f = adb_open(path, err, LSTM_ERR_SIZE);
+    return f ? adb_close(f, lstm_read(f, path, p, err)) : -1;
 }
 
 void lstm_free(lstm_problem *p)
@@ -269,33 +163,16 @@ void lstm_free(lstm_problem *p)
 
 /* ---- reference files ---- */
 
-/* One line into buf, without its newline.  1, 0 at the end; 2 if it was
- * longer than the buffer, whose rest is then dropped. */
-static int next_line(reader *r, char *buf, size_t size)
-{
-    int c, cut = 0;
-    if (!fgets(buf, (int)size, r->f))
-        return 0;
-    r->line++;
-    size_t len = strlen(buf);
-    if (len && buf[len - 1] == '\n')
-        buf[--len] = '\0';
-    else
-        while ((c = getc(r->f)) != EOF && c != '\n')
-            cut = 1;
-    return cut ? 2 : 1;
-}
-
 /* A "# l c b = ..." header gives the sizes; other comments are skipped. */
-static int comment_line(reader *r, const char *line, lstm_reference *ref)
+static int comment_line(adb_reader *r, const char *line, lstm_reference *ref)
 {
     long long l, c, b;
     if (sscanf(line, "# l c b = %lld %lld %lld", &l, &c, &b) != 3)
         return 0;
     if (ref->l)
-        return fail(r, "a second \"# l c b\" header");
+        return adb_fail(r, "a second \"# l c b\" header");
     if (l < 1 || c < 2 || b < 1 || !sizes_fit((size_t)l, (size_t)c, (size_t)b))
-        return fail(r, "header sizes l c b = %lld %lld %lld are invalid", l, c, b);
+        return adb_fail(r, "header sizes l c b = %lld %lld %lld are invalid", l, c, b);
     ref->l = (size_t)l;
     ref->c = (size_t)c;
     ref->b = (size_t)b;
@@ -304,7 +181,7 @@ static int comment_line(reader *r, const char *line, lstm_reference *ref)
 
 /* The numbers of a line, appended to ref->grad, which holds room for cap:
  * the objective(s) and the gradient are sorted out at the end. */
-static int number_line(reader *r, const char *line, lstm_reference *ref, size_t cap)
+static int number_line(adb_reader *r, const char *line, lstm_reference *ref, size_t cap)
 {
     const char *s = line;
     char *end;
@@ -314,10 +191,11 @@ static int number_line(reader *r, const char *line, lstm_reference *ref, size_t 
             return 0;
         double v = strtod(s, &end);
         if (end == s || !isfinite(v) || (*end && !strchr(" \t\r", *end)))
-            return fail(r, "expected a finite number, found \"%.*s\"", (int)strcspn(s, " \t\r"),
-                        s);
+            return adb_fail(r, "expected a finite number, found \"%.*s\"",
+                            (int)strcspn(s, " \t\r"), s);
         if (ref->count == cap)
-            return fail(r, "more than the objective twice and %zu gradient entries", cap - 2);
+            return adb_fail(r, "more than the objective twice and %zu gradient entries",
+                            cap - 2);
         ref->grad[ref->count++] = v;
         s = end;
     }
@@ -325,32 +203,32 @@ static int number_line(reader *r, const char *line, lstm_reference *ref, size_t 
 
 /* The first 1 or 2 numbers are the objective: it is written twice when
  * more than inputs numbers follow it. */
-static int split_objectives(reader *r, lstm_reference *ref, size_t inputs)
+static int split_objectives(adb_reader *r, lstm_reference *ref, size_t inputs)
 {
     if (ref->count < inputs + 1)
-        return fail(r, "%zu numbers: expected the objective and %zu gradient entries",
-                    ref->count, inputs);
+        return adb_fail(r, "%zu numbers: expected the objective and %zu gradient entries",
+                        ref->count, inputs);
     ref->objectives = ref->count - inputs;
     ref->objective = ref->grad[0];
     if (ref->objectives == 2 && ref->grad[1] != ref->objective)
-        return fail(r, "the objective is given twice, as %.17g and %.17g", ref->grad[0],
-                    ref->grad[1]);
+        return adb_fail(r, "the objective is given twice, as %.17g and %.17g", ref->grad[0],
+                        ref->grad[1]);
     memmove(ref->grad, ref->grad + ref->objectives, inputs * sizeof *ref->grad);
     ref->count = inputs;
     return 0;
 }
 
-static int parse_reference(reader *r, size_t inputs, lstm_reference *ref)
+static int parse_reference(adb_reader *r, size_t inputs, lstm_reference *ref)
 {
     char line[512];
     int got, e;
     size_t cap = inputs + 2;
     if (!(ref->grad = malloc(cap * sizeof *ref->grad)))
         return ENOMEM;
-    while ((got = next_line(r, line, sizeof line)) > 0) {
+    while ((got = adb_next_line(r, line, sizeof line)) != ADB_END) {
         const char *c = line + strspn(line, " \t");
-        if (got == 2 && *c != '#')  /* a long comment is only cut short */
-            return fail(r, "line too long for a reference file");
+        if (got == ADB_CUT && *c != '#')  /* a long comment is only cut short */
+            return adb_fail(r, "line too long for a reference file");
         e = *c == '#' ? comment_line(r, c, ref) : number_line(r, line, ref, cap);
         if (e)
             return e;
@@ -361,34 +239,26 @@ static int parse_reference(reader *r, size_t inputs, lstm_reference *ref)
 int lstm_read_reference(FILE *f, const char *name, size_t inputs, lstm_reference *ref,
                         char err[LSTM_ERR_SIZE])
 {
-    reader r = {f, name, 0, 0, err};
+    adb_reader r;
+    adb_lines(&r, f, name, err, LSTM_ERR_SIZE);
     memset(ref, 0, sizeof *ref);
-    if (err)
-        err[0] = '\0';
     int e = inputs && inputs < SIZE_MAX / 64 ? parse_reference(&r, inputs, ref) : EINVAL;
     if (!e)
         return 0;
-    if (e == ENOMEM && err)
-        snprintf(err, LSTM_ERR_SIZE, "%s: out of memory", name);
+    if (e == ENOMEM)
+        adb_error(&r, e, "out of memory");
     else if (err && !err[0])  /* nothing read: the length was refused */
-        snprintf(err, LSTM_ERR_SIZE, "%s: gradient length %zu is invalid", name, inputs);
+        adb_error(&r, e, "gradient length %zu is invalid", inputs);
     lstm_reference_free(ref);
-    errno = e;
-    return -1;
+    return adb_status(e);
 }
 
 int lstm_load_reference(const char *path, size_t inputs, lstm_reference *ref,
                         char err[LSTM_ERR_SIZE])
 {
     memset(ref, 0, sizeof *ref);
-    FILE *f = open_file(path, err);
-    if (!f)
-        return -1;
-    int st = lstm_read_reference(f, path, inputs, ref, err);
-    int e = errno;
-    fclose(f);
-    errno = e;
-    return st;
+    FILE *f = adb_open(path, err, LSTM_ERR_SIZE);
+    return f ? adb_close(f, lstm_read_reference(f, path, inputs, ref, err)) : -1;
 }
 
 void lstm_reference_free(lstm_reference *ref)

@@ -8,7 +8,8 @@
  * offset; each point is a blend of its two nearest bones' transforms,
  * plus a global translation (parameters 15 .. 17) and scale (18);
  * parameters 19 .. 25 bend the blend weights.  Written as a user writes
- * it, in scalar operations. */
+ * it, in scalar operations.  Then ad_hvps against ad_hvp calls on a
+ * kmeans-like objective. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,6 +141,111 @@ static double lcg(unsigned long *s)
     return (double)(*s >> 11) / 9007199254740992.0;
 }
 
+/* ---- Hessian-vector products: a kmeans-like objective (GradBench's
+ * kmeans "dir"): sum over points of the squared distance to the nearest
+ * of K centroids, the centroids the parameters. ---- */
+
+#define KM_K 10
+#define KM_D 8
+#define KM_P 1000
+
+typedef struct kmeans {
+    double x[KM_P][KM_D];
+} kmeans;
+
+static ad_real kmeans_cost(const ad_real *c, size_t n, void *ctx)
+{
+    const kmeans *km = ctx;
+    ad_real total = AD_CONST(ad_real, 0.0);
+    (void)n;
+    for (int i = 0; i < KM_P; i++) {
+        ad_real best = AD_CONST(ad_real, INFINITY);
+        for (int k = 0; k < KM_K; k++) {
+            ad_real dist = AD_CONST(ad_real, 0.0);
+            for (int j = 0; j < KM_D; j++) {
+                ad_real t = ad_sub(km->x[i][j], c[k * KM_D + j]);
+                dist = ad_add(dist, ad_mul(t, t));
+            }
+            best = ad_fmin(best, dist);
+        }
+        total = ad_add(total, best);
+    }
+    return total;
+}
+
+typedef struct hjob {
+    const kmeans *km;
+    size_t k;
+    const double *c, *V;
+    double fx, g[KM_K * KM_D], *HV;
+} hjob;
+
+static void hvp_singles(void *ctx, size_t iters)
+{
+    hjob *j = ctx;
+    for (size_t it = 0; it < iters; it++)
+        for (size_t d = 0; d < j->k; d++)
+            if (ad_hvp(kmeans_cost, (void *)j->km, KM_K * KM_D, j->c, j->V + d * KM_K * KM_D, &j->fx,
+                       j->g, j->HV + d * KM_K * KM_D) != AD_OK)
+                exit(1);
+}
+
+static void hvp_many(void *ctx, size_t iters)
+{
+    hjob *j = ctx;
+    for (size_t it = 0; it < iters; it++)
+        if (ad_hvps(kmeans_cost, (void *)j->km, KM_K * KM_D, j->c, j->k, j->V, &j->fx, j->g,
+                    j->HV) != AD_OK)
+            exit(1);
+}
+
+static void gradient_only(void *ctx, size_t iters)
+{
+    hjob *j = ctx;
+    for (size_t it = 0; it < iters; it++)
+        if (ad_gradient(kmeans_cost, (void *)j->km, KM_K * KM_D, j->c, &j->fx, j->g) != AD_OK)
+            exit(1);
+}
+
+static int hvps_section(const bench_plan *plan, unsigned long *seed)
+{
+    static kmeans km;
+    enum { HN = KM_K * KM_D, HK = 8 };
+    double c[HN], V[HK * HN], HV1[HK * HN], HV2[HK * HN];
+    for (int i = 0; i < KM_P; i++)
+        for (int j = 0; j < KM_D; j++)
+            km.x[i][j] = lcg(seed);
+    for (int i = 0; i < HN; i++)
+        c[i] = lcg(seed);
+    for (int i = 0; i < HK * HN; i++)
+        V[i] = 2.0 * lcg(seed) - 1.0;
+    printf("\nkmeans-like (GradBench kmeans dir): %d centroids of %d, %d points; n = %d\n", KM_K,
+           KM_D, KM_P, HN);
+    static const size_t ks[] = {1, 4, 8};
+    for (size_t i = 0; i < 3; i++) {
+        hjob a = {.km = &km, .k = ks[i], .c = c, .V = V, .HV = HV1};
+        hjob b = {.km = &km, .k = ks[i], .c = c, .V = V, .HV = HV2};
+        bench_body body[3] = {hvp_singles, hvp_many, gradient_only};
+        void *ctx[3] = {&a, &b, &a};
+        bench_time t[3];
+        bench_measure_side_by_side(plan, 3, body, ctx, t);
+        double worst = 0.0;
+        for (size_t q = 0; q < ks[i] * HN; q++) {
+            double d = fabs(HV1[q] - HV2[q]) / (fabs(HV1[q]) + 1e-300);
+            worst = d > worst ? d : worst;
+        }
+        char x1[16], x2[16], x3[16];
+        printf("ad_hvps k = %zu: %zu ad_hvp %10s, ad_hvps %10s: %5.2fx; ad_gradient %10s "
+               "(ad_hvp = %.2f gradients); largest relative difference %.1e\n",
+               ks[i], ks[i], fmt_time(x1, t[0].median_ns), fmt_time(x2, t[1].median_ns),
+               t[0].median_ns / t[1].median_ns, fmt_time(x3, t[2].median_ns),
+               t[0].median_ns / (double)ks[i] / t[2].median_ns, worst);
+        if (!(worst <= 1e-13))
+            return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     bench_plan plan = {11, 20e6};
@@ -198,5 +304,5 @@ int main(int argc, char **argv)
     printf("ad_jacobian (records, then %d columns in lanes): %s\n", N, fmt_time(xj, tj.median_ns));
     ad_linear_free(L);
     free(V), free(W), free(out), free(out2), free(w.J);
-    return 0;
+    return hvps_section(&plan, &seed);
 }

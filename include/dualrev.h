@@ -139,6 +139,11 @@ AD_API ad_status ad_hvp(ad_objective f, void *ctx, size_t n, const double *x, co
                         double *fx, double *grad, double *hv);
 AD_API ad_status ad_hessian(ad_objective f, void *ctx, size_t n, const double *x,
                             double *fx, double *grad, double *hess);
+/* k Hessian-vector products from one recording: direction j is V + j*n,
+ * H v_j goes to HV + j*n; four directions share each sweep.  Each equals
+ * ad_hvp's along v_j.  k = 0 does nothing. */
+AD_API ad_status ad_hvps(ad_objective f, void *ctx, size_t n, const double *x, size_t k,
+                         const double *V, double *fx, double *grad, double *HV);
 
 /* ---- vector-valued functions ("You Only Linearize Once") ----
  *

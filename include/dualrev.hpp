@@ -661,6 +661,26 @@ hvp_result hvp(F &&f, array_view x, array_view v)
     return r;
 }
 
+// k Hessian-vector products from one recording: ad_hvps.  V holds k
+// directions of x.size(), HV gets H v_j at j * x.size().
+template <class F>
+double hvps(F &&f, array_view x, std::size_t k, array_view V, array_ref grad, array_ref HV)
+{
+    AD__HPP_OBJECTIVE(F);
+    std::size_t n = x.size(), kn = n && k > std::numeric_limits<std::size_t>::max() / n
+                                       ? std::numeric_limits<std::size_t>::max()
+                                       : k * n;
+    detail::check_size("grad", grad.size(), n, {grad, HV});
+    detail::check_size("HV", HV.size(), kn, {grad, HV});
+    detail::check_size("V", V.size(), kn, {grad, HV});
+    detail::check_callable(f);
+    detail::objective_call<std::remove_reference_t<F>> call{&f, nullptr};
+    double fx = 0.0;
+    ad_status s = ad_hvps(&call.run, &call, n, x.data(), k, V.data(), &fx, grad.data(), HV.data());
+    detail::finish(s, call.thrown, {grad, HV});
+    return fx;
+}
+
 // The dense Hessian (n x n, row-major) with the value and gradient:
 // ad_hessian.  AD_ENOTSUP if f calls an external function.
 template <class F>

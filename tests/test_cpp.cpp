@@ -823,6 +823,14 @@ void test_driver_second_order(void **state)
     std::vector<double> g(2), hv(2), H(4);
     assert_bits(ad::hvp(mixed_cpp, x, v, g, hv), fc, "value", "hvp", x[0], x[1]);
     assert_vectors_bits(hv, hvc, "hv");
+    // three directions at once: v, e_0 and v again; the C API's and H v's bits
+    std::vector<double> V = {v[0], v[1], 1.0, 0.0, v[0], v[1]}, HV(6), HVc(6), g3(2);
+    assert_int_equal(ad_hvps(cpp_c_mixed, nullptr, 2, x.data(), 3, V.data(), &fc, gc.data(),
+                             HVc.data()),
+                     AD_OK);
+    assert_bits(ad::hvps(mixed_cpp, x, 3, V, g3, HV), fc, "value", "hvps", x[0], x[1]);
+    assert_vectors_bits(HV, HVc, "HV");
+    assert_vectors_bits(std::vector<double>(HV.begin() + 4, HV.end()), hvc, "HV[2]");
 
     assert_int_equal(ad_hessian(cpp_c_mixed, nullptr, 2, x.data(), &fc, gc.data(), hc.data()), AD_OK);
     ad::hessian_result hs = ad::hessian(mixed_cpp, x);

@@ -1161,6 +1161,141 @@ static void test_random_programs(void **state)
     }
 }
 
+/* ---- several directions from one recording (ad_hvps) ---- */
+
+/* ad_hvps along k directions against k calls of ad_hvp: the same status,
+ * value and gradient, and H v_j to rounding (the lanes' sweep and the
+ * single one add the same terms; 4 ulp of their magnitude, from H). */
+static void hvps_agree(const char *what, ad_objective f, void *ctx, size_t n, const double *x,
+                       size_t k, uint64_t *rng)
+{
+    double *V = dalloc(k * n + 1), *HV = dalloc(k * n + 1), *H = dalloc(n * n), *g = dalloc(n);
+    double *g1 = dalloc(n), *hv = dalloc(n), fx, fx1, fh;
+    fill_uniform(rng, V, k * n, -1.0, 1.0);
+    assert_int_equal(ad_hessian(f, ctx, n, x, &fh, g1, H), AD_OK);
+    assert_int_equal(ad_hvps(f, ctx, n, x, k, V, &fx, g, HV), AD_OK);
+    for (size_t j = 0; j < k; j++) {
+        assert_int_equal(ad_hvp(f, ctx, n, x, V + j * n, &fx1, g1, hv), AD_OK);
+        assert_same(fx, fx1);
+        for (size_t i = 0; i < n; i++) {
+            double scale = 0.0;
+            for (size_t l = 0; l < n; l++)
+                scale += fabs(H[i * n + l] * V[j * n + l]);
+            assert_same(g[i], g1[i]);
+            if (!same_double(HV[j * n + i], hv[i]) &&
+                !(fabs(HV[j * n + i] - hv[i]) <= 4 * EPS * scale)) {
+                print_error("%s: ad_hvps's (H v_%zu)[%zu] = %.17g, ad_hvp's %.17g\n", what, j, i,
+                            HV[j * n + i], hv[i]);
+                fail();
+            }
+        }
+    }
+    free(V), free(HV), free(H), free(g), free(g1), free(hv);
+}
+
+static void test_hvps_against_hvp(void **state)
+{
+    static const size_t ks[] = {1, 3, 4, 5, 8, 26};
+    uint64_t rng = 0x4e5b;
+    (void)state;
+    for (int trial = 0; trial < 60; trial++) {
+        program p = {rng_next(&rng), 20 + (int)(rng_next(&rng) % 80)};
+        size_t n = 1 + (size_t)(rng_next(&rng) % 9);
+        double x[9];
+        for (size_t i = 0; i < n; i++) {
+            double mag = rng_uniform(&rng, 0.2, 2.5);
+            x[i] = rng_next(&rng) % 3 ? mag : -mag;
+        }
+        char what[64];
+        snprintf(what, sizeof what, "program %llx n=%zu", (unsigned long long)p.seed, n);
+        hvps_agree(what, random_program, &p, n, x, ks[trial % 6], &rng);
+    }
+}
+
+/* H v_j of Rosenbrock's function in closed form, 26 directions. */
+static void test_hvps_closed_form(void **state)
+{
+    enum { N = 12, K = 26 };
+    uint64_t rng = 0x5eed;
+    double x[N], H[N * N], scale[N * N], V[K * N], HV[K * N], g[N], fx;
+    (void)state;
+    fill_uniform(&rng, x, N, -1.5, 1.5);
+    fill_uniform(&rng, V, K * N, -1.0, 1.0);
+    rosenbrock_hessian(N, x, H, scale);
+    assert_int_equal(ad_hvps(rosenbrock, NULL, N, x, K, V, &fx, g, HV), AD_OK);
+    for (size_t j = 0; j < K; j++)
+        for (size_t i = 0; i < N; i++) {
+            double want = 0.0, mag = 0.0;
+            for (size_t l = 0; l < N; l++) {
+                want += H[i * N + l] * V[j * N + l];
+                mag += scale[i * N + l] * fabs(V[j * N + l]);
+            }
+            assert_near(HV[j * N + i], want, 0.0, 32 * EPS * mag);
+        }
+}
+
+static void no_jvp_primal(void *ctx, size_t n, const double *x, size_t m, double *y)
+{
+    (void)ctx, (void)n, (void)m;
+    y[0] = x[0] * x[0];
+}
+
+static void no_jvp_vjp(void *ctx, size_t n, const double *x, size_t m, const double *y,
+                       const double *ybar, double *xbar)
+{
+    (void)ctx, (void)n, (void)m, (void)y;
+    xbar[0] = 2.0 * x[0] * ybar[0];
+}
+
+static ad_real through_external(const ad_real *x, size_t n, void *ctx)
+{
+    static const ad_rule rule = {no_jvp_primal, no_jvp_vjp, NULL};
+    ad_real y;
+    (void)n, (void)ctx;
+    ad_external(&rule, NULL, 1, x, 1, &y);
+    return y;
+}
+
+static void test_hvps_errors(void **state)
+{
+    double x[3] = {0.5, -0.25, 1.5}, V[6] = {1, 0, 0, 0, 1, 1}, HV[6], g[3], fx = 7.0;
+    (void)state;
+    assert_int_equal(ad_hvps(rosenbrock, NULL, 3, x, 0, NULL, NULL, NULL, NULL), AD_OK);
+    assert_int_equal(ad_hvps(NULL, NULL, 3, x, 2, V, &fx, g, HV), AD_EINVAL);
+    assert_nan(fx);
+    for (size_t i = 0; i < 6; i++)
+        assert_nan(HV[i]);
+    assert_int_equal(ad_hvps(rosenbrock, NULL, 3, x, 2, NULL, &fx, g, HV), AD_EINVAL);
+    assert_int_equal(ad_hvps(rosenbrock, NULL, 3, x, 2, V, &fx, g, NULL), AD_EINVAL);
+    assert_int_equal(ad_hvps(rosenbrock, NULL, 3, x, SIZE_MAX / 2, V, &fx, g, HV), AD_EINVAL);
+    assert_int_equal(ad_hvps(through_external, NULL, 1, x, 2, V, &fx, g, HV), AD_ENOTSUP);
+    assert_nan(HV[0]);
+    assert_nan(HV[1]);
+    /* allocation failing at every count: AD_ENOMEM and NaN, then right */
+    ad_release();
+    double want[6], gw[3], fw;
+    assert_int_equal(ad_hvps(rosenbrock, NULL, 3, x, 2, V, &fw, gw, want), AD_OK);
+    int ok = 0;
+    for (long i = 0; i < 64 && !ok; i++) {
+        ad_release();
+        ad_test_fail_alloc_after(i);
+        ad_status s = ad_hvps(rosenbrock, NULL, 3, x, 2, V, &fx, g, HV);
+        ad_test_fail_alloc_after(-1);
+        if (s == AD_OK) {
+            ok = 1;
+            break;
+        }
+        assert_int_equal(s, AD_ENOMEM);
+        assert_nan(fx);
+        for (size_t j = 0; j < 6; j++)
+            assert_nan(HV[j]);
+        assert_int_equal(ad_hvps(rosenbrock, NULL, 3, x, 2, V, &fx, g, HV), AD_OK);
+        for (size_t j = 0; j < 6; j++)
+            assert_same(HV[j], want[j]);
+    }
+    assert_true(ok);
+}
+
 /* ======================================================================
  * 6. Edge cases and conventions
  * ====================================================================== */
@@ -2263,6 +2398,9 @@ int main(void)
         cmocka_unit_test(test_vector_primitives),
         cmocka_unit_test(test_rosenbrock),
         cmocka_unit_test(test_random_programs),
+        cmocka_unit_test(test_hvps_against_hvp),
+        cmocka_unit_test(test_hvps_closed_form),
+        cmocka_unit_test(test_hvps_errors),
         cmocka_unit_test(test_sizes_and_trivial_objectives),
         cmocka_unit_test(test_constants_in_the_path),
         cmocka_unit_test(test_pow_one_at_zero),

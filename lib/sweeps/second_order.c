@@ -344,13 +344,17 @@ static ad_status room(ad_tape *t, size_t m, size_t L, uint32_t *top)
 
 /* The seeds and results of ad_hvp (v, hv), of ad_second_vjp (v, the
  * outputs' seeds o; grad and hv the inputs' cotangents and their
- * tangents) or of a block of ad_hessian (directions e_j0 .. e_j0+B-1, L
- * lanes; hess). */
+ * tangents) or of a block of directions j0 .. j0+B-1 in L lanes: e_j
+ * (dirs NULL: columns of H) or dirs[j n ..], H v_j at out + j step,
+ * entries `to` apart. */
 typedef struct second_seeds {
     size_t n, j0, B, L;
     const double *v;
     const out_seeds *o;
-    double *grad, *hv, *hess;
+    double *grad, *hv;
+    const double *dirs;
+    double *out;
+    size_t step, to;
     uint32_t top;
 } second_seeds;
 
@@ -367,18 +371,25 @@ static double hvp_pass(ad_tape *t, const ad_retry *r, void *ctx)
     return sum + ad_results(r, c->hv, 1, adjd + 1, 1, n);
 }
 
-/* One pass of a block of columns of H (seeded.h, ad_pass). */
+/* One pass of a block of directions (seeded.h, ad_pass). */
 static double hessian_pass(ad_tape *t, const ad_retry *r, void *ctx)
 {
     const second_seeds *c = ctx;
     size_t n = c->n, j0 = c->j0, B = c->B, L = c->L;
     double *tan = seeds(t, n, L);
-    for (size_t b = 0; b < B; b++)
-        tan[(j0 + b + 1) * L + b] = 1.0;
+    for (size_t b = 0; b < B; b++) {
+        if (!c->dirs) {
+            tan[(j0 + b + 1) * L + b] = 1.0;
+            continue;
+        }
+        const double *v = c->dirs + (j0 + b) * n;
+        for (size_t i = 0; i < n; i++)
+            tan[(i + 1) * L + b] = v[i];
+    }
     const double *adjd = along(t, c->top, L, r, c->o);
     double sum = ad_results(r, c->grad, 1, t->adj + 1, 1, n);
     for (size_t b = 0; b < B; b++)
-        sum += ad_results(r, c->hess + j0 + b, n, adjd + L + b, L, n);
+        sum += ad_results(r, c->out + (j0 + b) * c->step, c->to, adjd + L + b, L, n);
     return sum;
 }
 
@@ -395,22 +406,57 @@ ad_status ad_second_hvp(ad_tape *t, size_t n, const double *v, double *grad, dou
     return ad_second_results(t, s, sum);
 }
 
-/* Columns of H, AD_LANES at a time: directions e_j0 .. e_j0+B-1.  H is
- * not symmetrised: its symmetry is a check on the sweep. */
-ad_status ad_second_columns(ad_tape *t, size_t n, double *grad, double *hess)
+/* Direction j0 + b of c's block alone, for its status. */
+static ad_status one_by_one(ad_tape *t, second_seeds c)
 {
-    size_t L = n == 1 ? 1 : AD_LANES;
-    uint32_t top;
-    ad_status s = room(t, 1, L, &top);
-    for (size_t j0 = 0; j0 < n && s == AD_OK; j0 += L) {
-        size_t B = n - j0 < L ? n - j0 : L;
-        second_seeds c = {.n = n, .j0 = j0, .B = B, .L = L, .o = &objective, .grad = grad,
-                          .hess = hess, .top = top};
+    size_t j0 = c.j0, B = c.B;
+    c.L = 1;
+    c.B = 1;
+    for (size_t b = 0; b < B; b++) {
+        c.j0 = j0 + b;
         double sum;
-        s = ad_seeded(t, top, AD_SEEDED_EXACT, hessian_pass, &c, &sum);
+        ad_status s = ad_seeded(t, c.top, AD_SEEDED_EXACT, hessian_pass, &c, &sum);
         s = ad_second_results(t, s, sum);
+        if (s != AD_OK)
+            return s;
+    }
+    return AD_OK;
+}
+
+/* k directions, AD_LANES at a time.  A block whose results say
+ * AD_EOVERFLOW takes its directions again one by one: the NaN may be one
+ * direction's and the out-of-range partial another's, and each fails as
+ * ad_hvp along it would. */
+static ad_status directions(ad_tape *t, second_seeds c, size_t k)
+{
+    size_t L = k == 1 ? 1 : AD_LANES;
+    ad_status s = room(t, 1, L, &c.top);
+    for (c.j0 = 0; c.j0 < k && s == AD_OK; c.j0 += L) {
+        c.B = k - c.j0 < L ? k - c.j0 : L;
+        c.L = L;
+        double sum;
+        s = ad_seeded(t, c.top, AD_SEEDED_EXACT, hessian_pass, &c, &sum);
+        s = ad_second_results(t, s, sum);
+        if (s == AD_EOVERFLOW && c.B > 1)
+            s = one_by_one(t, c);
     }
     return s;
+}
+
+/* Columns of H.  H is not symmetrised: its symmetry is a check on the
+ * sweep. */
+ad_status ad_second_columns(ad_tape *t, size_t n, double *grad, double *hess)
+{
+    second_seeds c = {.n = n, .o = &objective, .grad = grad, .out = hess, .step = 1, .to = n};
+    return directions(t, c, n);
+}
+
+ad_status ad_second_directions(ad_tape *t, size_t n, size_t k, const double *V, double *grad,
+                               double *HV)
+{
+    second_seeds c = {.n = n, .o = &objective, .grad = grad, .dirs = V, .out = HV, .step = n,
+                      .to = 1};
+    return directions(t, c, k);
 }
 
 ad_status ad_second_vjp(ad_tape *t, size_t m, const double *v, const double *w, const double *wd,

@@ -16,6 +16,11 @@ AD_HIDDEN ad_status ad_second_hvp(ad_tape *t, size_t n, const double *v, double 
  * directions a sweep; H is not symmetrised: its symmetry is a check on the
  * sweep. */
 AD_HIDDEN ad_status ad_second_columns(ad_tape *t, size_t n, double *grad, double *hess);
+/* The same with k directions V (k rows of n): H v_j into HV + j n, each
+ * as ad_second_hvp gives it, its status included (a block whose status is
+ * AD_EOVERFLOW sweeps its directions one by one to find whose it is). */
+AD_HIDDEN ad_status ad_second_directions(ad_tape *t, size_t n, size_t k, const double *V,
+                                         double *grad, double *HV);
 
 /* On t, recorded with n inputs and m outputs (a checkpointed loop's
  * step): the inputs' cotangents from weights w of the outputs,

@@ -377,6 +377,38 @@ static void entry2_sums(check_ctx *c, const char *driver, int i, int k, double g
         fail(c, driver, "value", i, k, got, t, tol);
 }
 
+/* ad_hvps along DIRS directions against ad_hvp along each: the same
+ * status as the first ad_hvp that fails, the same value and gradient, H v
+ * to rounding (the lanes add the same terms). */
+static void hvps_directions(check_ctx *c)
+{
+    const prog *p = c->p;
+    size_t n = (size_t)p->n;
+    double fx, fx1, *V = dalloc(DIRS * p->n + 1), *HV = dalloc(DIRS * p->n + 1);
+    double *g = dalloc(p->n), *g1 = dalloc(p->n), *hv = dalloc(p->n);
+    direction_seeds(V, p->v, p->n);
+    ad_status many = ad_hvps(fuzz_objective, (void *)c->run, n, p->x, DIRS, V, &fx, g, HV);
+    ad_status first = AD_OK;
+    for (int d = 0; d < DIRS; d++) {
+        ad_status s = ad_hvp(fuzz_objective, (void *)c->run, n, p->x, V + (size_t)d * n, &fx1, g1, hv);
+        first = first != AD_OK ? first : s;
+        if (many != AD_OK || s != AD_OK)
+            continue;
+        if (!same_bits(fx, fx1))
+            fail(c, "ad_hvps(f)", "lane", -1, -1, fx, fx1, 0);
+        for (int i = 0; i < p->n; i++) {
+            double a = HV[(size_t)d * n + (size_t)i], b = hv[i];
+            if (!same_bits(g[i], g1[i]))
+                fail(c, "ad_hvps(grad)", "lane", i, -1, g[i], g1[i], 0);
+            if (!same_bits(a, b) && !(fabs(a - b) <= 0x1p-44 * fmax(fabs(a), fabs(b))))
+                fail(c, "ad_hvps", "lane", i, d, a, b, 0);
+        }
+    }
+    if (many != first)
+        fail(c, "ad_hvps", "status", (int)first, -1, (double)many, first, 0);
+    free(V), free(HV), free(g), free(g1), free(hv);
+}
+
 static void drv_hvp(check_ctx *c, double *h0)
 {
     const prog *p = c->p;
@@ -393,6 +425,7 @@ static void drv_hvp(check_ctx *c, double *h0)
             pass_free(&P2);
         }
     }
+    hvps_directions(c);
     memcpy(h0, g, (size_t)p->n * sizeof *g);
     free(g), free(hv);
 }

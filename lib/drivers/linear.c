@@ -72,7 +72,7 @@ ad_status ad_jacobian(ad_function f, void *ctx, size_t n, const double *x, size_
     s = ad_record(t, f, ctx, n, x, m, 0);
     uint32_t hi = s == AD_OK ? ad_outputs_top(t, m) : 0;
     if (s == AD_OK)  /* for the sweeps' lanes */
-        s = ad_tape_borrow_adjoints(t, ((size_t)hi + 1) * AD_LANES);
+        s = ad_tape_reserve_lanes(t, ((size_t)hi + 1) * AD_LANES);
     if (s != AD_OK)
         goto fail;
     /* Recorded once; then whichever of n forward or m reverse sweeps is
@@ -184,7 +184,7 @@ static ad_status directions(ad_linear *L, int forward, size_t k, const double *i
     uint32_t hi = ad_outputs_top(t, L->m);
     ad_status s = forward && t->traits & AD_BLOCK_NO_JVP ? AD_ENOTSUP : AD_OK;
     if (s == AD_OK)  /* the lanes' room, kept for later calls */
-        s = ad_tape_borrow_adjoints(t, ((size_t)hi + 1) * AD_LANES);
+        s = ad_tape_reserve_lanes(t, ((size_t)hi + 1) * AD_LANES);
     if (s == AD_OK)
         s = forward ? ad_directions_forward(t, L->n, L->m, hi, k, in, out)
                     : ad_directions_reverse(t, L->n, L->m, hi, k, in, out);

@@ -313,6 +313,23 @@ ad_status ad_tape_reserve_adjoints(ad_tape *t, uint32_t top)
     return s;
 }
 
+ad_status ad_tape_reserve_lanes(ad_tape *t, size_t count)
+{
+    const double *old = t->adj;
+    ad_status s = ad_reserve((void **)&t->adj, &t->adj_cap, count, sizeof *t->adj);
+    if (t->adj != old)
+        t->adj_zero = 0;
+    return s;
+}
+
+void ad_tape_zero_adjoints(ad_tape *t, size_t count)
+{
+    if (t->adj_zero < count) {
+        memset(t->adj + t->adj_zero, 0, (count - t->adj_zero) * sizeof *t->adj);
+        t->adj_zero = count;
+    }
+}
+
 ad_status ad_tape_borrow_adjoints(ad_tape *t, size_t count)
 {
     t->adj_zero = 0;

@@ -175,6 +175,13 @@ static inline uint32_t ad_tape_top(const ad_tape *t) { return (uint32_t)(t->curs
  * swept at 0 (adj_zero). */
 AD_HIDDEN ad_status ad_tape_reserve_adjoints(ad_tape *t, uint32_t top);
 
+/* t->adj with room for `count` doubles for sweeps of several lanes that,
+ * like ad_reverse's, leave what they swept 0 (jacobian.c's rows): what is
+ * known to be 0 stays known.  ad_tape_zero_adjoints makes adj[0..count)
+ * 0, clearing only what is not known to be. */
+AD_HIDDEN ad_status ad_tape_reserve_lanes(ad_tape *t, size_t count);
+AD_HIDDEN void ad_tape_zero_adjoints(ad_tape *t, size_t count);
+
 /* t->adj with room for `count` doubles, for any other sweep (tangents,
  * several lanes, the sparse store), which leaves them holding anything:
  * the next ad_reverse clears what it needs again. */

@@ -55,6 +55,7 @@ static double columns_pass(ad_tape *t, const ad_retry *r, void *ctx)
     double *tan = t->adj, sum = 0.0;
     size_t n = c->n, j0 = c->j0, B = c->B, L = c->L;
     if (r->exact) {
+        t->adj_zero = 0;
         for (size_t b = 0; b < B; b++) {
             memset(tan, 0, (n + 1) * sizeof *tan);
             seed_inputs(t, c, tan, j0 + b, 0, r, 1);
@@ -64,6 +65,7 @@ static double columns_pass(ad_tape *t, const ad_retry *r, void *ctx)
         }
         return sum;
     }
+    t->adj_zero = 0;  /* the tangents stay */
     memset(tan, 0, (n + 1) * L * sizeof *tan);
     for (size_t b = 0; b < B; b++)
         seed_inputs(t, c, tan, j0 + b, b, r, L);
@@ -169,6 +171,7 @@ static double rows_pass(ad_tape *t, const ad_retry *r, void *ctx)
     uint32_t top = c->top;
     if (r->exact) {
         double sum = 0.0;
+        t->adj_zero = 0;  /* the exact sweep leaves what it did not reach */
         for (size_t b = 0; b < B; b++) {
             memset(adj, 0, ((size_t)top + 1) * sizeof *adj);
             seed_outputs(t, c, adj, j0 + b, 0, r, 1);
@@ -178,11 +181,17 @@ static double rows_pass(ad_tape *t, const ad_retry *r, void *ctx)
         }
         return sum;
     }
-    memset(adj, 0, ((size_t)top + 1) * L * sizeof *adj);
+    /* the sweep leaves its records' cotangents 0, as ad_reverse's does:
+     * only what no sweep has cleared is cleared, and the inputs' and the
+     * sink's after the results are read */
+    size_t need = ((size_t)top + 1) * L;
+    ad_tape_zero_adjoints(t, need);
     for (size_t b = 0; b < B; b++)
         seed_outputs(t, c, adj, j0 + b, b, r, L);
     ad_resolve(t, adj, top, L);
-    return rows_out_any(adj, n, j0, B, c->out, r, L);
+    double sum = rows_out_any(adj, n, j0, B, c->out, r, L);
+    memset(adj, 0, (n + 1) * L * sizeof *adj);
+    return sum;
 }
 
 /* A block whose last pass overflowed with a NaN among its results: which

@@ -62,10 +62,9 @@ AD_INLINE void prefetch_below(const ad__record *r, const double *g, const size_t
 
 /* Records are read before anything is stored into adj (apply), and the
  * cotangents z of a record are copied before its arguments' are written.
- * In a gradient's sweep (one lane) every record leaves its own cotangent 0
- * once read, for the next gradient (ad_reverse): a header its own (its
- * slots' are never written), a block its outputs' after its rule has read
- * them.  Sweeps of several lanes are for arrays cleared before each use. */
+ * Every record leaves its own cotangents 0 once read, for the next sweep
+ * (ad_reverse, jacobian.c's rows; adj_zero): a header its own (its slots'
+ * are never written), a block its outputs' after its rule has read them. */
 AD_INLINE void sweep_reverse(ad_tape *t, double *adj, uint32_t top, const size_t L,
                              const int far)
 {
@@ -82,19 +81,19 @@ AD_INLINE void sweep_reverse(ad_tape *t, double *adj, uint32_t top, const size_t
                 g -= L;
                 if (far)
                     prefetch_below(r, g, L);
-                for (size_t l = 0; l < L; l++)
+                for (size_t l = 0; l < L; l++) {
                     z[l] = g[l];
-                if (L == 1)
-                    g[0] = 0.0;
+                    g[l] = 0.0;
+                }
                 apply(r, z, adj, L);
             } while (r > base && ad_walk_ordinary(r - 1));
             ad_walk_stop(&w, r, (uint32_t)((size_t)(g - adj) / L));
         } else if (kind == AD_WALK_NARY) {
             double *g = adj + (size_t)w.hid * L;
-            for (size_t l = 0; l < L; l++)
+            for (size_t l = 0; l < L; l++) {
                 z[l] = g[l];
-            if (L == 1)
-                g[0] = 0.0;
+                g[l] = 0.0;
+            }
             /* the slots, downwards as the additions into adj have always been made */
             const ad__record *lo;
             size_t n;
@@ -104,8 +103,7 @@ AD_INLINE void sweep_reverse(ad_tape *t, double *adj, uint32_t top, const size_t
         } else {
             /* its outputs' slots above hold its cotangents */
             ad_block_reverse(t, w.hdr, w.hid, adj, L);
-            if (L == 1)
-                memset(adj + w.hid, 0, ((size_t)w.hdr->a + 1) * sizeof *adj);
+            memset(adj + (size_t)w.hid * L, 0, ((size_t)w.hdr->a + 1) * L * sizeof *adj);
         }
     }
 }

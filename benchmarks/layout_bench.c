@@ -40,91 +40,79 @@ typedef struct stream {
     double *adj;      /* first + n */
 } stream;
 
-static void sweep24(void *ctx, size_t iters)
+/* One sweep in each layout, seeded at the last record, leaving the
+ * gradient in adj[1..first) (the records' cotangents 0 again). */
+static void once24(stream *s)
 {
-    stream *s = ctx;
-    for (size_t it = 0; it < iters; it++) {
-        double *adj = s->adj;
-        adj[s->first + s->n - 1] = 1.0;
-        for (size_t k = s->n; k-- > 0;) {
-            const ad__record *r = &s->r24[k];
-            double z = adj[s->first + k];
-            adj[s->first + k] = 0.0;
-            adj[r->a] += z * r->wa;
-            adj[r->b] += z * r->wb;
-        }
-        bench_clobber(adj);
-        memset(adj, 0, s->first * sizeof *adj);
-    }
-}
-
-static void sweep_split(void *ctx, size_t iters)
-{
-    stream *s = ctx;
-    for (size_t it = 0; it < iters; it++) {
-        double *adj = s->adj;
-        adj[s->first + s->n - 1] = 1.0;
-        for (size_t k = s->n; k-- > 0;) {
-            slot16 r = s->r16[k];
-            double z = adj[s->first + k];
-            adj[s->first + k] = 0.0;
-            adj[r.a] += z * r.wa;
-            adj[r.b] += z * s->wbk[k];
-        }
-        bench_clobber(adj);
-        memset(adj, 0, s->first * sizeof *adj);
-    }
-}
-
-static void sweep16(void *ctx, size_t iters)
-{
-    stream *s = ctx;
-    for (size_t it = 0; it < iters; it++) {
-        double *adj = s->adj;
-        const double *q = s->wb + 1 + s->nwb;
-        adj[s->first + s->n - 1] = 1.0;
-        for (size_t k = s->n; k-- > 0;) {
-            slot16 r = s->r16[k];
-            double z = adj[s->first + k];
-            adj[s->first + k] = 0.0;
-            adj[r.a] += z * r.wa;
-            if (r.b)
-                adj[r.b] += z * *--q;
-        }
-        bench_clobber(adj);
-        memset(adj, 0, s->first * sizeof *adj);
-    }
-}
-
-/* The gradient of both sweeps, compared bit for bit; 0 if they agree. */
-static int same_gradient(stream *s)
-{
-    double *g = malloc(s->first * sizeof *g);
-    if (!g)
-        return -1;
-    sweep24(s, 1);  /* leaves adj[0..first) zero: run again without the clear */
-    s->adj[s->first + s->n - 1] = 1.0;
+    double *adj = s->adj;
+    adj[s->first + s->n - 1] = 1.0;
     for (size_t k = s->n; k-- > 0;) {
         const ad__record *r = &s->r24[k];
-        double z = s->adj[s->first + k];
-        s->adj[s->first + k] = 0.0;
-        s->adj[r->a] += z * r->wa;
-        s->adj[r->b] += z * r->wb;
+        double z = adj[s->first + k];
+        adj[s->first + k] = 0.0;
+        adj[r->a] += z * r->wa;
+        adj[r->b] += z * r->wb;
     }
-    memcpy(g, s->adj, s->first * sizeof *g);
-    memset(s->adj, 0, s->first * sizeof *s->adj);
+}
+
+static void once16(stream *s)
+{
+    double *adj = s->adj;
     const double *q = s->wb + 1 + s->nwb;
-    s->adj[s->first + s->n - 1] = 1.0;
+    adj[s->first + s->n - 1] = 1.0;
     for (size_t k = s->n; k-- > 0;) {
         slot16 r = s->r16[k];
-        double z = s->adj[s->first + k];
-        s->adj[s->first + k] = 0.0;
-        s->adj[r.a] += z * r.wa;
+        double z = adj[s->first + k];
+        adj[s->first + k] = 0.0;
+        adj[r.a] += z * r.wa;
         if (r.b)
-            s->adj[r.b] += z * *--q;
+            adj[r.b] += z * *--q;
     }
-    int differ = memcmp(g + 1, s->adj + 1, (s->first - 1) * sizeof *g) != 0;
-    memset(s->adj, 0, s->first * sizeof *s->adj);
+}
+
+static void once_split(stream *s)
+{
+    double *adj = s->adj;
+    adj[s->first + s->n - 1] = 1.0;
+    for (size_t k = s->n; k-- > 0;) {
+        slot16 r = s->r16[k];
+        double z = adj[s->first + k];
+        adj[s->first + k] = 0.0;
+        adj[r.a] += z * r.wa;
+        adj[r.b] += z * s->wbk[k];
+    }
+}
+
+typedef void (*one_sweep)(stream *s);
+
+static void repeat(stream *s, one_sweep sweep, size_t iters)
+{
+    for (size_t it = 0; it < iters; it++) {
+        sweep(s);
+        bench_clobber(s->adj);
+        memset(s->adj, 0, s->first * sizeof *s->adj);
+    }
+}
+
+static void sweep24(void *ctx, size_t iters) { repeat(ctx, once24, iters); }
+static void sweep16(void *ctx, size_t iters) { repeat(ctx, once16, iters); }
+static void sweep_split(void *ctx, size_t iters) { repeat(ctx, once_split, iters); }
+
+/* The gradients of the three layouts, compared bit for bit; 0 if they
+ * agree. */
+static int same_gradient(stream *s)
+{
+    const one_sweep sweeps[3] = {once24, once16, once_split};
+    double *g = malloc(s->first * sizeof *g);
+    int differ = !g;
+    for (int k = 0; k < 3 && g; k++) {
+        sweeps[k](s);
+        if (k == 0)
+            memcpy(g, s->adj, s->first * sizeof *g);
+        else
+            differ |= memcmp(g + 1, s->adj + 1, (s->first - 1) * sizeof *g) != 0;
+        memset(s->adj, 0, s->first * sizeof *s->adj);
+    }
     free(g);
     return differ;
 }
@@ -168,7 +156,7 @@ static void stream_free(stream *s)
 static int report(stream *s, const bench_plan *plan)
 {
     if (same_gradient(s)) {
-        fprintf(stderr, "layout-bench: %s: the two layouts' gradients differ\n", s->name);
+        fprintf(stderr, "layout-bench: %s: the layouts' gradients differ\n", s->name);
         return -1;
     }
     bench_body body[3] = {sweep24, sweep16, sweep_split};

@@ -73,8 +73,10 @@ warnings)
     CC=clang CXX=clang++ configure build-clang-werror -Dwerror=true
     # The benchmarks are not built by default; build them here too.
     ninja -C build-gcc-werror benchmarks/dualrev-bench benchmarks/ba-bench benchmarks/gmm-bench benchmarks/lstm-bench \
+        benchmarks/lanes-bench benchmarks/layout-bench \
         benchmarks/loop-bench benchmarks/sum-bench
     ninja -C build-clang-werror benchmarks/dualrev-bench benchmarks/ba-bench benchmarks/gmm-bench benchmarks/lstm-bench \
+        benchmarks/lanes-bench benchmarks/layout-bench \
         benchmarks/loop-bench benchmarks/sum-bench
     ;;
 i386)

@@ -173,6 +173,16 @@ static int report(stream *s, const bench_plan *plan)
     return 0;
 }
 
+/* The records of one gradient of f at x (n inputs), into s; 0 or -1. */
+static int record_stream(stream *s, const char *name, ad_objective f, void *ctx, size_t n,
+                         const double *x)
+{
+    double *g = malloc(n * sizeof *g), fx;
+    int st = g && ad_gradient(f, ctx, n, x, &fx, g) == AD_OK ? take_stream(s, name, n) : -1;
+    free(g);
+    return st;
+}
+
 static int lstm_stream(stream *s, const char *path)
 {
     lstm_problem p;
@@ -184,15 +194,13 @@ static int lstm_stream(stream *s, const char *path)
     }
     lstm_eval e = {&p, &w};
     size_t n = lstm_inputs(&p);
-    double *x = malloc(n * sizeof *x), *g = malloc(n * sizeof *g), fx;
+    double *x = malloc(n * sizeof *x);
     int st = -1;
-    if (x && g) {
+    if (x) {
         lstm_pack(&p, x);
-        if (ad_gradient(lstm_objective_ad, &e, n, x, &fx, g) == AD_OK)
-            st = take_stream(s, "lstm l2 c1024", n);
+        st = record_stream(s, "lstm l2 c1024", lstm_objective_ad, &e, n, x);
     }
     free(x);
-    free(g);
     lstm_work_free(&w);
     lstm_free(&p);
     return st;
@@ -209,15 +217,13 @@ static int gmm_stream(stream *s, const char *path)
     }
     gmm_eval e = {&p, &w, GMM_SCALAR, 0, p.n, 1};
     size_t n = gmm_inputs(&p);
-    double *x = malloc(n * sizeof *x), *g = malloc(n * sizeof *g), fx;
+    double *x = malloc(n * sizeof *x);
     int st = -1;
-    if (x && g) {
+    if (x) {
         gmm_pack(&p, x);
-        if (ad_gradient(gmm_objective_ad, &e, n, x, &fx, g) == AD_OK)
-            st = take_stream(s, "gmm d10 K25", n);
+        st = record_stream(s, "gmm d10 K25", gmm_objective_ad, &e, n, x);
     }
     free(x);
-    free(g);
     gmm_work_free(&w);
     gmm_free(&p);
     return st;

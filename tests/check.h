@@ -110,6 +110,16 @@ static inline void check_nan(double got, const char *expr, const char *file, int
     check_near((got), (want), (rtol), (atol), #got, __FILE__, __LINE__)
 #define assert_nan(got) check_nan((got), #got, __FILE__, __LINE__)
 
+/* A status that must be AD_OK, named when it is not. */
+static inline void check_ok(ad_status s, const char *expr, const char *file, int line)
+{
+    if (s == AD_OK)
+        return;
+    print_error("%s: status %d (%s)\n", expr, (int)s, ad_strerror(s));
+    _fail(file, line);
+}
+#define assert_ok(s) check_ok((s), #s, __FILE__, __LINE__)
+
 /* ---- calling ad_gradient ---- */
 
 static inline double gradient_ok_at(ad_objective f, void *ctx, size_t n, const double *x,

@@ -161,14 +161,6 @@ static void check_jacobian(const fixture *fx, const ad_csr *J)
         check_weight_row(fx, J, i);
 }
 
-static void assert_ok(ad_status s)
-{
-    if (s != AD_OK) {
-        print_error("status %d (%s)\n", (int)s, ad_strerror(s));
-        fail();
-    }
-}
-
 /* ---- test cases ---- */
 
 /* The reference stores 15 entries per reprojection row; the entry the row

@@ -81,14 +81,6 @@ static void unload(fixture *fx)
     gmm_free(&fx->p);
 }
 
-static void assert_ok(ad_status s)
-{
-    if (s != AD_OK) {
-        print_error("status %d (%s)\n", (int)s, ad_strerror(s));
-        fail();
-    }
-}
-
 /* The reference's entries (all, or a subset) of the gradient. */
 static void check_against_reference(const fixture *fx, double f, const double *grad)
 {

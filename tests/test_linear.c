@@ -891,6 +891,43 @@ static void test_linearize_reuse(void **state)
     }
 }
 
+/* jv = J v and wj = J^T w against the closed form Jw (m x n), each entry
+ * to TOL_J of the magnitude of its terms. */
+static void check_maps(const double *Jw, size_t n, size_t m, const double *v, const double *jv,
+                       const double *w, const double *wj)
+{
+    for (size_t j = 0; j < m; j++) {
+        double want = 0.0, scale = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            want += Jw[j * n + i] * v[i];
+            scale += fabs(Jw[j * n + i] * v[i]);
+        }
+        assert_near(jv[j], want, 0.0, TOL_J * scale + 1e-300);
+    }
+    for (size_t i = 0; i < n; i++) {
+        double want = 0.0, scale = 0.0;
+        for (size_t j = 0; j < m; j++) {
+            want += w[j] * Jw[j * n + i];
+            scale += fabs(w[j] * Jw[j * n + i]);
+        }
+        assert_near(wj[i], want, 0.0, TOL_J * scale + 1e-300);
+    }
+}
+
+/* The map of a linearization against the closed form: J v and J^T w. */
+static void check_linear_against_closed_form(ad_linear *L, size_t n, size_t m, const double *Jw,
+                                             uint64_t *rng)
+{
+    double *v = xmalloc(n * sizeof *v), *wj = xmalloc(n * sizeof *wj);
+    double *w = xmalloc(m * sizeof *w), *jv = xmalloc(m * sizeof *jv);
+    fill_uniform(rng, v, n, -1.0, 1.0);
+    fill_uniform(rng, w, m, -1.0, 1.0);
+    assert_int_equal(ad_linear_jvp(L, v, jv), AD_OK);
+    assert_int_equal(ad_linear_vjp(L, w, wj), AD_OK);
+    check_maps(Jw, n, m, v, jv, w, wj);
+    free(v), free(wj), free(w), free(jv);
+}
+
 /* ---- many directions at once (ad_linear_jvps, ad_linear_vjps) ---- */
 
 /* k directions through L against k single calls, bit for bit (NaN where
@@ -977,24 +1014,8 @@ static void test_directions_closed_form(void **state)
     fill_uniform(&rng, W, K * M, -1.0, 1.0);
     assert_int_equal(ad_linear_jvps(L, K, V, JV), AD_OK);
     assert_int_equal(ad_linear_vjps(L, K, W, WJ), AD_OK);
-    for (size_t d = 0; d < K; d++) {
-        for (size_t j = 0; j < M; j++) {
-            double want = 0.0, scale = 0.0;
-            for (size_t i = 0; i < N; i++) {
-                want += J[j * N + i] * V[d * N + i];
-                scale += fabs(J[j * N + i] * V[d * N + i]);
-            }
-            assert_near(JV[d * M + j], want, 0.0, TOL_J * scale + 1e-300);
-        }
-        for (size_t i = 0; i < N; i++) {
-            double want = 0.0, scale = 0.0;
-            for (size_t j = 0; j < M; j++) {
-                want += W[d * M + j] * J[j * N + i];
-                scale += fabs(W[d * M + j] * J[j * N + i]);
-            }
-            assert_near(WJ[d * N + i], want, 0.0, TOL_J * scale + 1e-300);
-        }
-    }
+    for (size_t d = 0; d < K; d++)
+        check_maps(J, N, M, V + d * N, JV + d * M, W + d * M, WJ + d * N);
     ad_linear_free(L);
     free(J), free(V), free(JV), free(W), free(WJ);
 }
@@ -1039,34 +1060,6 @@ static void test_directions_errors(void **state)
     ad_linear_free(L);
 }
 
-/* The map of a linearization against the closed form: J v and J^T w. */
-static void check_linear_against_closed_form(ad_linear *L, size_t n, size_t m, const double *Jw,
-                                             uint64_t *rng)
-{
-    double *v = xmalloc(n * sizeof *v), *wj = xmalloc(n * sizeof *wj);
-    double *w = xmalloc(m * sizeof *w), *jv = xmalloc(m * sizeof *jv);
-    fill_uniform(rng, v, n, -1.0, 1.0);
-    fill_uniform(rng, w, m, -1.0, 1.0);
-    assert_int_equal(ad_linear_jvp(L, v, jv), AD_OK);
-    assert_int_equal(ad_linear_vjp(L, w, wj), AD_OK);
-    for (size_t j = 0; j < m; j++) {
-        double want = 0.0, scale = 0.0;
-        for (size_t i = 0; i < n; i++) {
-            want += Jw[j * n + i] * v[i];
-            scale += fabs(Jw[j * n + i] * v[i]);
-        }
-        assert_near(jv[j], want, 0.0, TOL_J * scale + 1e-300);
-    }
-    for (size_t i = 0; i < n; i++) {
-        double want = 0.0, scale = 0.0;
-        for (size_t j = 0; j < m; j++) {
-            want += w[j] * Jw[j * n + i];
-            scale += fabs(w[j] * Jw[j * n + i]);
-        }
-        assert_near(wj[i], want, 0.0, TOL_J * scale + 1e-300);
-    }
-    free(v), free(wj), free(w), free(jv);
-}
 
 /* An objective that linearizes mixed at its own point, takes u = J^T w from
  * the linearization as constants, and returns <u, x> + sum x_i^2: gradient

@@ -68,14 +68,6 @@ static void unload(fixture *fx)
     lstm_free(&fx->p);
 }
 
-static void assert_ok(ad_status s)
-{
-    if (s != AD_OK) {
-        print_error("status %d (%s)\n", (int)s, ad_strerror(s));
-        fail();
-    }
-}
-
 /* Every entry; where the reference is exactly 0 (an input that never meets
  * a nonzero bit of the text), the gradient must be 0 too. */
 static void check_gradient(const lstm_reference *ref, const double *grad)

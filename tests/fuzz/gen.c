@@ -61,17 +61,6 @@ typedef struct gen {
     int loop_depth;  /* 0: the program; 1: a loop's step; 2: a loop's inside a step */
 } gen;
 
-static void *grow(void *a, int *cap, int need, size_t size)
-{
-    if (need <= *cap)
-        return a;
-    int c = *cap ? *cap : 16;
-    while (c < need)
-        c *= 2;
-    *cap = c;
-    return realloc(a, (size_t)c * size);
-}
-
 static double num(gen *g) { return g->tame ? ordinary(&g->r) : gen_input(&g->r); }
 
 /* A slot to read: the newest (a chain), the hub (fan-out) or any. */
@@ -91,7 +80,7 @@ static int pick(gen *g)
 static int push_arg(gen *g, int slot)
 {
     prog *p = g->p;
-    p->args = grow(p->args, &g->cap_args, p->nargs + 1, sizeof *p->args);
+    p->args = prog_grow(p->args, &g->cap_args, p->nargs + 1, sizeof *p->args);
     p->args[p->nargs] = slot;
     return p->nargs++;
 }
@@ -99,7 +88,7 @@ static int push_arg(gen *g, int slot)
 static int push_const(gen *g, double c)
 {
     prog *p = g->p;
-    p->consts = grow(p->consts, &g->cap_consts, p->nconsts + 1, sizeof *p->consts);
+    p->consts = prog_grow(p->consts, &g->cap_consts, p->nconsts + 1, sizeof *p->consts);
     p->consts[p->nconsts] = c;
     return p->nconsts++;
 }
@@ -109,10 +98,10 @@ static int append(gen *g, insn in)
 {
     prog *p = g->p;
     in.out = p->nslots;
-    p->code = grow(p->code, &g->cap_code, p->ncode + 1, sizeof *p->code);
+    p->code = prog_grow(p->code, &g->cap_code, p->ncode + 1, sizeof *p->code);
     p->code[p->ncode++] = in;
     p->nslots += in.nout;
-    g->val = grow(g->val, &g->cap_val, p->nslots, sizeof *g->val);
+    g->val = prog_grow(g->val, &g->cap_val, p->nslots, sizeof *g->val);
     run_double_step(p, g->val, p->ncode - 1);
     return in.out;
 }
@@ -400,7 +389,7 @@ static void gen_step(gen *parent, prog *sub, int ns, int np, const double *x0, i
     sub->x = malloc(((size_t)sub->n + 1) * sizeof *sub->x);
     sub->v = calloc((size_t)sub->n + 1, sizeof *sub->v);
     sub->w = calloc((size_t)sub->m + 1, sizeof *sub->w);
-    g.val = grow(g.val, &g.cap_val, sub->n + 1, sizeof *g.val);
+    g.val = prog_grow(g.val, &g.cap_val, sub->n + 1, sizeof *g.val);
     for (int i = 0; i < sub->n; i++)
         g.val[i] = sub->x[i] = x0[i];
     int count = 1 + rng_int(&g.r, 6);
@@ -486,7 +475,7 @@ void gen_program(prog *p, uint64_t seed, int size_hint)
     p->x = malloc(((size_t)p->n + 1) * sizeof *p->x);
     p->v = malloc(((size_t)p->n + 1) * sizeof *p->v);
     p->w = malloc(((size_t)p->m + 1) * sizeof *p->w);
-    g.val = grow(g.val, &g.cap_val, p->n + 1, sizeof *g.val);
+    g.val = prog_grow(g.val, &g.cap_val, p->n + 1, sizeof *g.val);
     for (int i = 0; i < p->n; i++)
         g.val[i] = p->x[i] = g.tame ? ordinary(&g.r) : gen_input(&g.r);
     if (p->n == 0) {  /* something to read: a constant */

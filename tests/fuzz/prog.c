@@ -275,7 +275,7 @@ typedef struct unroller {
     int depth;  /* loops around the program being written out */
 } unroller;
 
-static void *grow_to(void *a, int *cap, int need, size_t size)
+void *prog_grow(void *a, int *cap, int need, size_t size)
 {
     if (need <= *cap)
         return a;
@@ -320,7 +320,7 @@ static void emit(unroller *u, const prog *src, int *map, long k)
                     continue;
                 }
                 unroll_info *f = u->info;
-                f->spans = grow_to(f->spans, &f->cap, f->nspans + 1, sizeof *f->spans);
+                f->spans = prog_grow(f->spans, &f->cap, f->nspans + 1, sizeof *f->spans);
                 unroll_span *sp = &f->spans[f->nspans++];
                 sp->lo = lo, sp->hi = q->nslots, sp->top = top, sp->nouts = ns, sp->nins = ns + np;
                 sp->outs = malloc(((size_t)ns + 1) * sizeof *sp->outs);
@@ -337,14 +337,14 @@ static void emit(unroller *u, const prog *src, int *map, long k)
                 o.steps = in->steps;
                 o.sub = loop_id;  /* the loop instance (unroll_span.loop) */
                 o.len = ns + np;
-                q->args = grow_to(q->args, &u->cap_args, q->nargs + ns + np + 1, sizeof *q->args);
+                q->args = prog_grow(q->args, &u->cap_args, q->nargs + ns + np + 1, sizeof *q->args);
                 o.arg = q->nargs;
                 for (int t = 0; t < ns + np; t++)
                     q->args[q->nargs++] = map[src->args[in->arg + t]];
                 o.out = q->nslots++;
                 o.nout = 1;
                 map[in->out + i] = o.out;
-                q->code = grow_to(q->code, &u->cap_code, q->ncode + 1, sizeof *q->code);
+                q->code = prog_grow(q->code, &u->cap_code, q->ncode + 1, sizeof *q->code);
                 q->code[q->ncode++] = o;
             }
             free(cur);
@@ -360,11 +360,11 @@ static void emit(unroller *u, const prog *src, int *map, long k)
             o.k = stepk_value(in->k, k);
         }
         int na = nargs_of(in), nc = nconsts_of(in);
-        q->args = grow_to(q->args, &u->cap_args, q->nargs + na + 1, sizeof *q->args);
+        q->args = prog_grow(q->args, &u->cap_args, q->nargs + na + 1, sizeof *q->args);
         o.arg = q->nargs;
         for (int t = 0; t < na; t++)
             q->args[q->nargs++] = map[src->args[in->arg + t]];
-        q->consts = grow_to(q->consts, &u->cap_consts, q->nconsts + nc + 1, sizeof *q->consts);
+        q->consts = prog_grow(q->consts, &u->cap_consts, q->nconsts + nc + 1, sizeof *q->consts);
         o.cst = q->nconsts;
         for (int t = 0; t < nc; t++)
             q->consts[q->nconsts++] = src->consts[in->cst + t];
@@ -377,7 +377,7 @@ static void emit(unroller *u, const prog *src, int *map, long k)
         for (int t = 0; t < in->nout; t++)
             map[in->out + t] = q->nslots + t;
         q->nslots += in->nout;
-        q->code = grow_to(q->code, &u->cap_code, q->ncode + 1, sizeof *q->code);
+        q->code = prog_grow(q->code, &u->cap_code, q->ncode + 1, sizeof *q->code);
         q->code[q->ncode++] = o;
     }
 }

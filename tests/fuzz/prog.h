@@ -88,6 +88,9 @@ double gen_input(rng *r);
 
 /* prog.c */
 void prog_free(prog *p);
+/* a with room for need elements of size bytes (*cap of them now, doubling
+ * from 16), as realloc returns it. */
+void *prog_grow(void *a, int *cap, int need, size_t size);
 void prog_copy(prog *dst, const prog *src);
 void prog_print(const prog *p, FILE *out);
 int prog_delete(prog *p, int j);

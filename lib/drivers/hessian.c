@@ -1,8 +1,7 @@
-/* dualrev: Hessian-vector products and Hessians (ad_hvp, ad_hessian):
+/* dualrev: Hessian-vector products and Hessians (ad_hvp, ad_hvps, ad_hessian):
  * one second-order recording, then the second-order sweep
  * (sweeps/second_order.c). */
-#include <stdint.h>
-
+#include "alloc.h"
 #include "recording.h"
 #include "second_order.h"
 #include "status.h"
@@ -27,12 +26,6 @@ ad_status ad_hvp(ad_objective f, void *ctx, size_t n, const double *x, const dou
     return s;
 }
 
-/* k n does not overflow. */
-static int fits(size_t k, size_t n)
-{
-    return !n || k <= SIZE_MAX / n;
-}
-
 ad_status ad_hvps(ad_objective f, void *ctx, size_t n, const double *x, size_t k,
                   const double *V, double *fx, double *grad, double *HV)
 {
@@ -40,7 +33,7 @@ ad_status ad_hvps(ad_objective f, void *ctx, size_t n, const double *x, size_t k
         return AD_OK;
     ad_status s = AD_EINVAL;
     ad_tape *t = ad_thread_tape();
-    int sized = fits(k, n);
+    int sized = ad_size_fits(k, n);
     if (f && fx && sized && (!n || (x && V && grad && HV))) {
         s = ad_record_objective(t, f, ctx, n, x, 1);
         if (s == AD_OK)
@@ -62,7 +55,7 @@ ad_status ad_hessian(ad_objective f, void *ctx, size_t n, const double *x, doubl
 {
     ad_status s = AD_EINVAL;
     ad_tape *t = ad_thread_tape();
-    int sized = fits(n, n);
+    int sized = ad_size_fits(n, n);
     if (f && fx && sized && (!n || (x && grad && hess))) {
         s = ad_record_objective(t, f, ctx, n, x, 1);
         if (s == AD_OK)

@@ -5,9 +5,9 @@
  * the forward sweep (tangent.c) applies J, the reverse sweep (resolve.c)
  * applies its transpose; whole Jacobians take blocks of them in lanes
  * (sweeps/jacobian.c). */
-#include <stdint.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "block.h"
 #include "check.h"
 #include "jacobian.h"
@@ -150,12 +150,6 @@ ad_status ad_linear_vjp(ad_linear *L, const double *w, double *wj)
     return s;
 }
 
-/* k arrays of len doubles, or not: k * len would overflow. */
-static int too_many(size_t k, size_t len)
-{
-    return len && k > SIZE_MAX / len;
-}
-
 /* With AD_CHECK_FINITE: the fault of the first direction whose results
  * are not all finite, as one ad_linear_jvp / ad_linear_vjp finds it. */
 static ad_status check_directions(ad_tape *t, int forward, size_t k, const double *in,
@@ -200,9 +194,9 @@ static ad_status apply_many(ad_linear *L, int forward, size_t k, const double *i
     size_t in_len = L ? (forward ? L->n : L->m) : 0, out_len = L ? (forward ? L->m : L->n) : 0;
     if (!k)
         return L ? AD_OK : AD_EINVAL;
-    if (!L || too_many(k, in_len) || too_many(k, out_len) || (in_len && !in) ||
+    if (!L || !ad_size_fits(k, in_len) || !ad_size_fits(k, out_len) || (in_len && !in) ||
         (out_len && !out)) {
-        if (!too_many(k, out_len))
+        if (ad_size_fits(k, out_len))
             ad_fill_nan(out, k * out_len);
         return AD_EINVAL;
     }

@@ -4,6 +4,7 @@
 #define DUALREV_ALLOC_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "compiler.h"
 #include "dualrev.h"
@@ -24,6 +25,12 @@ AD_HIDDEN ad_status ad_grow_to(void **buf, size_t *cap, size_t need, size_t elem
 static inline ad_status ad_grow(void **buf, size_t *cap, size_t need, size_t elem, size_t keep)
 {
     return need <= *cap ? AD_OK : ad_grow_to(buf, cap, need, elem, keep);
+}
+
+/* Whether a * b fits in a size_t (arrays of k rows of n, say). */
+static inline int ad_size_fits(size_t a, size_t b)
+{
+    return !a || b <= SIZE_MAX / a;
 }
 
 /* The same for a buffer whose old contents are never needed. */

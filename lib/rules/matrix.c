@@ -571,7 +571,7 @@ ad_status ad_mat_record(size_t m, size_t n, const ad_real *A, ad_mat *M)
     if (s != AD_OK)
         return s;
     M->ar = A;
-    if (m && n > SIZE_MAX / m)
+    if (!ad_size_fits(m, n))
         return ad_fail_recording(AD_ERANGE);
     size_t mn = m * n;
     M->shape = shape_r(m, n, A);

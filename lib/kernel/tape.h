@@ -28,8 +28,13 @@ typedef struct ad_tape ad_tape;
 typedef uint32_t (*ad_take)(ad_tape *t, int i, uint32_t a, double wa, uint32_t b, double wb,
                             int op, double x, double y, double v);
 
+/* keyed, optional: the writer of every record of a recording whose only
+ * mode this is, in place of the shared slow path (record.h, c->slow).  It
+ * takes what passes ad__push_keys's checks and room for the modes, and
+ * hands everything else to ad__push_keyed_slow. */
 typedef struct ad_mode {
     ad_take take;
+    ad__keyed_fn keyed;
 } ad_mode;
 
 #define AD_MODES 2

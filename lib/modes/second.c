@@ -263,30 +263,53 @@ static ad_aux in_range(ad_tape *t, int op, double x, double y, int has_b, ad_aux
     return h;
 }
 
-/* The hook: the record's second partials into its side entry.  Not a
- * running pointer: n-ary slots advance the cursor without the hooks. */
-static uint32_t take(ad_tape *t, int i, uint32_t a, double wa, uint32_t b, double wb, int op,
-                     double x, double y, double v)
+/* take's curved operations: the second partials computed, marked for
+ * structure, zero for a constant argument, and kept in range. */
+static AD_NOINLINE uint32_t take_curved(ad_tape *t, int i, uint32_t a, double wa, uint32_t b,
+                                        double wb, int op, double x, double y, double v,
+                                        ad_aux *side)
 {
-    ad_aux *side = ad_tape_side_here(t, i);
-    ad__ahead((const ad__record *)(void *)side);
-    /* The commonest two ahead of the switch, whose jump target would
-     * change from record to record. */
-    ad_aux h = {0.0, 0.0, 0.0};
-    if (op == AD__OP_MUL)
-        h.ab = a && b ? 1.0 : 0.0;
-    else if (op >= AD__OP_CURVED)
-        h = structure(op, y, second_partials(op, x, y, v, wa, wb));
+    ad_aux h = structure(op, y, second_partials(op, x, y, v, wa, wb));
     /* A constant's tangent is 0, but 0 x Inf would still make NaN. */
     if (!a)
         h.aa = h.ab = 0.0;
     if (!b)
         h.ab = h.bb = 0.0;
-    if (op > AD__OP_MUL && (a || b))
-        h = in_range(t, op, x, y, b != 0, h);
-    *side = h;
+    *side = a || b ? in_range(t, op, x, y, b != 0, h) : h;
     return ad_tape_pass(t, i, a, wa, b, wb, op, x, y, v);
 }
 
+/* The hook: the record's second partials into its side entry.  Not a
+ * running pointer: n-ary slots advance the cursor without the hooks.
+ * Linear records and products, the commonest, are written here, so that
+ * this path saves no registers. */
+static uint32_t take(ad_tape *t, int i, uint32_t a, double wa, uint32_t b, double wb, int op,
+                     double x, double y, double v)
+{
+    ad_aux *side = ad_tape_side_here(t, i);
+    ad__ahead((const ad__record *)(void *)side);
+    if (AD__UNLIKELY(op > AD__OP_MUL))
+        return take_curved(t, i, a, wa, b, wb, op, x, y, v, side);
+    side->aa = 0.0;
+    side->ab = op == AD__OP_MUL && a && b ? 1.0 : 0.0;
+    side->bb = 0.0;
+    return ad_tape_pass(t, i, a, wa, b, wb, op, x, y, v);
+}
+
+/* The writer of a recording whose only mode this is (tape.h, ad_mode):
+ * every record comes here from ad__push_keys, and one whose keys are the
+ * recording's and for which there is room is taken without the shared
+ * slow path. */
+static uint32_t keyed(ad__cursor *c, uint64_t ka, double wa, uint64_t kb, double wb, int op,
+                      double x, double y, double v)
+{
+    ad_tape *t = (ad_tape *)c;
+    uint64_t key0 = c->key0, next = c->next;
+    if (AD__UNLIKELY((ka - key0 >= next) | (kb - key0 >= next)) ||
+        AD__UNLIKELY((uintptr_t)c->cur >= (uintptr_t)t->slow_end))
+        return ad__push_keyed_slow(c, ka, wa, kb, wb, op, x, y, v);
+    return take(t, 0, (uint32_t)(ka - key0), wa, (uint32_t)(kb - key0), wb, op, x, y, v);
+}
+
 _Static_assert(sizeof(ad_aux) <= sizeof(ad__record), "a side entry is at most a record");
-const ad_mode ad_second_mode = {take};
+const ad_mode ad_second_mode = {take, keyed};

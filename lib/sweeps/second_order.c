@@ -232,15 +232,37 @@ static int block_reached(ad_tape *t, const ad__record *r, uint32_t hid)
     return on;
 }
 
+/* A run of ordinary records, from the one below w's place down while
+ * they last in its chunk, each applied once its cotangent is complete. */
+AD_INLINE void run_second(ad_walk *w, const ad_aux *aux, const double *tan, double *adj,
+                          double *adjd, const size_t L)
+{
+    const ad__record *r = w->r, *base = w->base;
+    uint32_t id = w->id;
+    do {
+        --r;
+        --id;
+        double zd[AD_LANES];
+        for (size_t l = 0; l < L; l++)
+            zd[l] = adjd[(size_t)id * L + l];
+        apply2(r, aux[r - base], tan, adj, adjd, adj[id], zd, L);
+    } while (r > base && ad_walk_ordinary(r - 1));
+    ad_walk_stop(w, r, id);
+}
+
 /* The second partials lie beside the records, chunk for chunk; an n-ary
  * record's run is handled with its header.  An exact sweep applies only
- * the records its seed reaches, marking as it goes. */
+ * the records its seed reaches, marking as it goes, one at a time. */
 AD_INLINE void sweep_second(ad_tape *t, const double *tan, double *adj, double *adjd, uint32_t top,
                             const size_t L, const int exact)
 {
     unsigned char *const *aux = ad_tape_side(t, &ad_second_mode)->chunks;
     ad_walk w = ad_walk_down_from(t, top);
     for (int kind; (kind = ad_walk_down(&w)) != AD_WALK_END;) {
+        if (kind == AD_WALK_RUN && !exact) {
+            run_second(&w, (const ad_aux *)(const void *)aux[w.c], tan, adj, adjd, L);
+            continue;
+        }
         uint32_t id = kind == AD_WALK_RUN ? w.id - 1 : w.hid;
         double z = adj[id], zd[AD_LANES];
         for (size_t l = 0; l < L; l++)
@@ -250,8 +272,7 @@ AD_INLINE void sweep_second(ad_tape *t, const double *tan, double *adj, double *
             const ad__record *r = w.r - 1;
             ad_walk_stop(&w, r, id);
             if (on) {
-                if (exact)
-                    reach2(t, r);
+                reach2(t, r);
                 apply2(r, ((const ad_aux *)(const void *)aux[w.c])[r - w.base], tan, adj, adjd, z, zd,
                        L);
             }

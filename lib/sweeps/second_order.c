@@ -25,10 +25,13 @@
 #include "walk.h"
 
 /* The tangents, then the cotangents' tangents, of every ID: kept per tape
- * between calls. */
+ * between calls.  A sweep leaves the cotangents' tangents of the records
+ * at 0 as it takes them, so [clean, clean_end) of tan2 is known to be 0
+ * and the next pass with that layout clears only the inputs'. */
 typedef struct scratch {
     double *tan2;
     size_t cap;
+    size_t clean, clean_end;
 } scratch;
 
 static void scratch_free(void *state)
@@ -47,9 +50,10 @@ static const ad_tenant tenant = {sizeof(scratch), scratch_free, scratch_bytes, N
 AD_INLINE void give(double *adj, double *adjd, uint32_t a, double z, const double *zd, double w,
                     const double *wd, const size_t L)
 {
+    double *p = adjd + (size_t)a * L;
     adj[a] += z * w;
     for (size_t l = 0; l < L; l++)
-        adjd[(size_t)a * L + l] += zd[l] * w + z * wd[l];
+        p[l] += zd[l] * w + z * wd[l];
 }
 
 /* Whether all three second partials are 0 (either sign): one test of
@@ -64,25 +68,30 @@ AD_INLINE int all_zero(ad_aux h)
 }
 
 /* The tangent of a two-argument record's partials, from its second
- * partials h: wd_a = h_aa t_a + h_ab t_b, wd_b = h_ab t_a + h_bb t_b. */
+ * partials h: wd_a = h_aa t_a + h_ab t_b, wd_b = h_ab t_a + h_bb t_b.
+ * The record is read into locals first: a store into the arrays could
+ * otherwise be its partials, to be read again for every lane. */
 AD_INLINE void apply2(const ad__record *r, ad_aux h, const double *tan, double *adj,
                       double *adjd, double z, const double *zd, const size_t L)
 {
-    const double *ta = tan + (size_t)r->a * L, *tb = tan + (size_t)r->b * L;
-    double wda[AD_LANES], wdb[AD_LANES];
+    const uint32_t a = r->a, b = r->b;
+    const double wa = r->wa, wb = r->wb;
     /* A zero second partial adds nothing, even against a NaN or Inf
      * tangent (sqrt(x0) + x1^2 at x0 = 0 along x1): the partial does not
      * depend on that argument.  Linear records, the commonest, have no
      * second partials at all: their tangents' cotangents are zd w. */
     if (all_zero(h)) {
-        adj[r->a] += z * r->wa;
-        adj[r->b] += z * r->wb;
-        for (size_t l = 0; l < L; l++) {
-            adjd[(size_t)r->a * L + l] += zd[l] * r->wa;
-            adjd[(size_t)r->b * L + l] += zd[l] * r->wb;
-        }
+        double *pa = adjd + (size_t)a * L, *pb = adjd + (size_t)b * L;
+        adj[a] += z * wa;
+        adj[b] += z * wb;
+        for (size_t l = 0; l < L; l++)
+            pa[l] += zd[l] * wa;
+        for (size_t l = 0; l < L; l++)  /* after a's: b may be a */
+            pb[l] += zd[l] * wb;
         return;
     }
+    const double *ta = tan + (size_t)a * L, *tb = tan + (size_t)b * L;
+    double wda[AD_SECOND_LANES], wdb[AD_SECOND_LANES];
     for (size_t l = 0; l < L; l++) {
         /* Plain products first; only a NaN, rare, can come from a zero
          * second partial against a NaN or Inf tangent, and then the terms
@@ -101,8 +110,8 @@ AD_INLINE void apply2(const ad__record *r, ad_aux h, const double *tan, double *
             wdb[l] = ab_a + bb;
         }
     }
-    give(adj, adjd, r->a, z, zd, r->wa, wda, L);
-    give(adj, adjd, r->b, z, zd, r->wb, wdb, L);
+    give(adj, adjd, a, z, zd, wa, wda, L);
+    give(adj, adjd, b, z, zd, wb, wdb, L);
 }
 
 /* logsumexp: the partials are the softmax w, whose tangent is
@@ -110,7 +119,7 @@ AD_INLINE void apply2(const ad__record *r, ad_aux h, const double *tan, double *
 AD_INLINE void lse_run(const ad_tape *t, uint32_t id, uint32_t count, const double *tan,
                        double *adj, double *adjd, double z, const double *zd, const size_t L)
 {
-    double s[AD_LANES] = {0};
+    double s[AD_SECOND_LANES] = {0};
     for (uint32_t k = 1; k <= count; k++) {
         const ad__record *r = ad_tape_record(t, id - k);
         for (size_t l = 0; l < L; l++)
@@ -118,7 +127,7 @@ AD_INLINE void lse_run(const ad_tape *t, uint32_t id, uint32_t count, const doub
     }
     for (uint32_t k = 1; k <= count; k++) {
         const ad__record *r = ad_tape_record(t, id - k);
-        double wda[AD_LANES], wdb[AD_LANES];
+        double wda[AD_SECOND_LANES], wdb[AD_SECOND_LANES];
         for (size_t l = 0; l < L; l++) {
             wda[l] = r->wa * (tan[(size_t)r->a * L + l] - s[l]);
             wdb[l] = r->wb * (tan[(size_t)r->b * L + l] - s[l]);
@@ -242,9 +251,11 @@ AD_INLINE void run_second(ad_walk *w, const ad_aux *aux, const double *tan, doub
     do {
         --r;
         --id;
-        double zd[AD_LANES];
-        for (size_t l = 0; l < L; l++)
+        double zd[AD_SECOND_LANES];
+        for (size_t l = 0; l < L; l++) {
             zd[l] = adjd[(size_t)id * L + l];
+            adjd[(size_t)id * L + l] = 0.0;
+        }
         apply2(r, aux[r - base], tan, adj, adjd, adj[id], zd, L);
     } while (r > base && ad_walk_ordinary(r - 1));
     ad_walk_stop(w, r, id);
@@ -252,7 +263,9 @@ AD_INLINE void run_second(ad_walk *w, const ad_aux *aux, const double *tan, doub
 
 /* The second partials lie beside the records, chunk for chunk; an n-ary
  * record's run is handled with its header.  An exact sweep applies only
- * the records its seed reaches, marking as it goes, one at a time. */
+ * the records its seed reaches, marking as it goes, one at a time.  The
+ * cotangents' tangents of every record are left at 0: those it does not
+ * reach never had any. */
 AD_INLINE void sweep_second(ad_tape *t, const double *tan, double *adj, double *adjd, uint32_t top,
                             const size_t L, const int exact)
 {
@@ -264,9 +277,12 @@ AD_INLINE void sweep_second(ad_tape *t, const double *tan, double *adj, double *
             continue;
         }
         uint32_t id = kind == AD_WALK_RUN ? w.id - 1 : w.hid;
-        double z = adj[id], zd[AD_LANES];
-        for (size_t l = 0; l < L; l++)
+        double z = adj[id], zd[AD_SECOND_LANES];
+        for (size_t l = 0; l < L; l++) {
             zd[l] = adjd[(size_t)id * L + l];
+            if (kind != AD_WALK_BLOCK)
+                adjd[(size_t)id * L + l] = 0.0;
+        }
         int on = !exact || ad_reached(ad_reach_bits(t), id);
         if (kind == AD_WALK_RUN) {
             const ad__record *r = w.r - 1;
@@ -282,8 +298,10 @@ AD_INLINE void sweep_second(ad_tape *t, const double *tan, double *adj, double *
                     reach2(t, ad_tape_record(t, id - s));
                 nary(t, w.hdr, id, tan, adj, adjd, z, zd, L);
             }
-        } else if (!exact || block_reached(t, w.hdr, id)) {
-            ad_block_second(t, w.hdr, id, tan, adj, adjd, L);
+        } else {
+            if (!exact || block_reached(t, w.hdr, id))
+                ad_block_second(t, w.hdr, id, tan, adj, adjd, L);
+            memset(adjd + (size_t)id * L, 0, ((size_t)w.hdr->a + 1) * L * sizeof *adjd);
         }
     }
     if (exact)
@@ -293,10 +311,14 @@ AD_INLINE void sweep_second(ad_tape *t, const double *tan, double *adj, double *
 static void second_sweep(ad_tape *t, const double *tan, double *adj, double *adjd, uint32_t top,
                          size_t L, int exact)
 {
-    if (exact)
-        L == 1 ? sweep_second(t, tan, adj, adjd, top, 1, 1) : sweep_second(t, tan, adj, adjd, top, AD_LANES, 1);
+    if (L == 1)
+        exact ? sweep_second(t, tan, adj, adjd, top, 1, 1) : sweep_second(t, tan, adj, adjd, top, 1, 0);
+    else if (L == AD_LANES)
+        exact ? sweep_second(t, tan, adj, adjd, top, AD_LANES, 1)
+              : sweep_second(t, tan, adj, adjd, top, AD_LANES, 0);
     else
-        L == 1 ? sweep_second(t, tan, adj, adjd, top, 1, 0) : sweep_second(t, tan, adj, adjd, top, AD_LANES, 0);
+        exact ? sweep_second(t, tan, adj, adjd, top, AD_SECOND_LANES, 1)
+              : sweep_second(t, tan, adj, adjd, top, AD_SECOND_LANES, 0);
 }
 
 /* The tangents' array, zero at the inputs, for the caller to seed: lane l
@@ -324,11 +346,14 @@ typedef struct out_seeds {
 static const double *along(ad_tape *t, uint32_t top, size_t L, const ad_retry *r,
                            const out_seeds *o)
 {
-    double *tan = ((scratch *)ad_tape_state_if(t, &tenant))->tan2;
-    double *adjd = tan + ((size_t)top + 1) * L;
+    scratch *sc = ad_tape_state_if(t, &tenant);
+    double *tan = sc->tan2;
+    size_t base = ((size_t)top + 1) * L, inputs = (size_t)t->first * L;
+    double *adjd = tan + base;
     ad_tangent(t, tan, top, L);
     memset(t->adj, 0, ((size_t)top + 1) * sizeof *t->adj);
-    memset(adjd, 0, ((size_t)top + 1) * L * sizeof *adjd);
+    int clean = sc->clean <= base + inputs && sc->clean_end >= 2 * base;
+    memset(adjd, 0, (clean ? inputs : base) * sizeof *adjd);
     /* Outputs that share an ID add up; a constant one seeds the sink.  An
      * exact pass starts from the outputs of nonzero weight, or from every
      * output (o->all). */
@@ -342,6 +367,8 @@ static const double *along(ad_tape *t, uint32_t top, size_t L, const ad_retry *r
             ad_reach_mark(t, id);
     }
     second_sweep(t, tan, t->adj, adjd, top, L, exact);
+    sc->clean = base + inputs;
+    sc->clean_end = 2 * base;
     return adjd;
 }
 
@@ -358,8 +385,12 @@ static ad_status room(ad_tape *t, size_t m, size_t L, uint32_t *top)
     scratch *sc = s == AD_OK ? ad_tape_state(t, &tenant) : NULL;
     if (s == AD_OK && (!sc || ids > SIZE_MAX / (2 * L)))
         s = AD_ENOMEM;
-    if (s == AD_OK)
+    if (s == AD_OK) {
+        const double *old = sc->tan2;
         s = ad_reserve((void **)&sc->tan2, &sc->cap, 2 * L * ids, sizeof *sc->tan2);
+        if (sc->tan2 != old)  /* new memory: nothing known */
+            sc->clean = sc->clean_end = 0;
+    }
     return s;
 }
 
@@ -450,7 +481,7 @@ static ad_status one_by_one(ad_tape *t, second_seeds c)
  * ad_hvp along it would. */
 static ad_status directions(ad_tape *t, second_seeds c, size_t k)
 {
-    size_t L = k == 1 ? 1 : AD_LANES;
+    size_t L = k == 1 ? 1 : k <= AD_LANES ? AD_LANES : AD_SECOND_LANES;
     ad_status s = room(t, 1, L, &c.top);
     for (c.j0 = 0; c.j0 < k && s == AD_OK; c.j0 += L) {
         c.B = k - c.j0 < L ? k - c.j0 : L;

@@ -10,6 +10,10 @@
  * Jacobian rows or columns shares one pass over the records. */
 #define AD_LANES 4
 
+/* Second-order sweeps take up to twice as many: a pass reads each
+ * record's second partials too, a fixed cost that more lanes share. */
+#define AD_SECOND_LANES 8
+
 /* What ad_reverse and ad_forward seed and read out, for their passes
  * (seeded.h, ad_pass): weights `in` of the m outputs and cotangents `out`
  * of the n inputs, or tangents of the inputs and of the outputs; hi, the

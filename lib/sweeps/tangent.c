@@ -69,8 +69,10 @@ void ad_tangent(ad_tape *t, double *tan, uint32_t top, size_t lanes)
         sweep_forward(t, tan, top, 1);
     else if (lanes == 2)
         sweep_forward(t, tan, top, 2);
-    else
+    else if (lanes == AD_LANES)
         sweep_forward(t, tan, top, AD_LANES);
+    else
+        sweep_forward(t, tan, top, AD_SECOND_LANES);
 }
 
 /* Whether one of a block's arguments is reached. */

@@ -70,20 +70,11 @@ typedef struct ad__record {
  * recording is active, or after an error, cur == end == NULL, and in a
  * second-order recording end is NULL, so the one bounds check below also
  * routes those cases to the slow path. */
-typedef struct ad__cursor ad__cursor;
-
-/* Where ad__push_keys sends a record its one check does not pass:
- * ad__push_keyed_slow, or a recording mode's own writer (a second-order
- * recording's, which every record takes). */
-typedef uint32_t (*ad__keyed_fn)(ad__cursor *c, uint64_t ka, double wa, uint64_t kb, double wb,
-                                 int op, double x, double y, double v);
-
-struct ad__cursor {
+typedef struct ad__cursor {
     ad__record *cur, *end;
     uint64_t next;   /* 64-bit: a uint32_t could alias the records' argument IDs, forcing a reload per record */
     uint64_t key0;   /* the key (below) of ID 0 with this recording's tag; 0 when idle */
-    ad__keyed_fn slow;
-};
+} ad__cursor;
 
 /* Every ad_real carries the tag of the recording that made it (0 for a
  * constant made by ad_const).  Its key is its second word, ID and tag,
@@ -186,10 +177,9 @@ static inline uint32_t ad__push_at(ad__cursor *c, uint32_t a, double wa, uint32_
     return (uint32_t)c->next++;
 }
 
-/* Out of line (through the cursor's slow): ad__push_keys found an
- * argument's key outside the recording's, or no room: a key of another
- * recording fails the recording (AD_EFOREIGN) and 0 is returned; else the
- * record goes to ad__push_slow. */
+/* Out of line: ad__push_keys found an argument's key outside the
+ * recording's, or no room: a key of another recording fails the recording
+ * (AD_EFOREIGN) and 0 is returned; else the record goes to ad__push_slow. */
 AD_API uint32_t ad__push_keyed_slow(ad__cursor *c, uint64_t ka, double wa, uint64_t kb, double wb,
                                     int op, double x, double y, double v);
 
@@ -197,9 +187,7 @@ AD_API uint32_t ad__push_keyed_slow(ad__cursor *c, uint64_t ka, double wa, uint6
  * against the recording as the record is written: a constant argument
  * passes key0, the key of ID 0 (the sink) in this recording.  The checks
  * and the room test are one unlikely branch, whose target does not return
- * into this path, so nothing here is reloaded after it.  A second-order
- * recording has no room here (end is NULL), so its records all go to its
- * mode's writer (c->slow). */
+ * into this path, so nothing here is reloaded after it. */
 static inline uint32_t ad__push_keys(ad__cursor *c, uint64_t ka, double wa, uint64_t kb, double wb,
                                      int op, double x, double y, double v)
 {
@@ -207,7 +195,7 @@ static inline uint32_t ad__push_keys(ad__cursor *c, uint64_t ka, double wa, uint
     uint64_t key0 = c->key0, next = c->next;
     if (AD__UNLIKELY((uintptr_t)r >= (uintptr_t)c->end) ||
         AD__UNLIKELY((ka - key0 >= next) | (kb - key0 >= next)))
-        return c->slow(c, ka, wa, kb, wb, op, x, y, v);
+        return ad__push_keyed_slow(c, ka, wa, kb, wb, op, x, y, v);
     ad__ahead(r);
     r->a = (uint32_t)ka;  /* key0's ID is 0 */
     r->b = (uint32_t)kb;

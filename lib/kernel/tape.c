@@ -5,7 +5,7 @@
 
 #include "tape.h"
 
-static ad__cursor idle_cursor = {NULL, NULL, 0, 0, ad__push_keyed_slow};
+static ad__cursor idle_cursor = {NULL, NULL, 0, 0};
 _Thread_local ad__cursor *ad__active = &idle_cursor;
 
 static _Thread_local ad_thread self;
@@ -246,12 +246,12 @@ static uint64_t key0_of(uint64_t serial)
 }
 
 /* Puts on the recording's modes, in order. */
-/* The modes' hooks, in order, and the cursor's writer: a lone mode's own
- * (ad_mode.keyed) if it has one. */
+/* The modes' hooks, in order, and a lone mode's own writer (ad_mode.keyed)
+ * if it has one. */
 static ad_status modes_on(ad_tape *t, const ad_mode *const *modes, int nmodes)
 {
     t->non = 0;
-    t->cursor.slow = ad__push_keyed_slow;
+    t->keyed = NULL;
     if (nmodes > AD_MODES)
         return AD_ENOMEM;  /* more modes than AD_MODES: raise it */
     for (int i = 0; i < nmodes; i++) {
@@ -261,8 +261,8 @@ static ad_status modes_on(ad_tape *t, const ad_mode *const *modes, int nmodes)
         t->on[t->non].take = modes[i]->take;
         t->on[t->non++].side = k;
     }
-    if (nmodes == 1 && modes[0]->keyed)
-        t->cursor.slow = modes[0]->keyed;
+    if (nmodes == 1)
+        t->keyed = modes[0]->keyed;
     return AD_OK;
 }
 
@@ -446,7 +446,7 @@ void ad__foreign(ad__cursor *c, uint64_t key)
 
 /* ad__push_keyed_slow's other cases: a key outside the recording's, the
  * idle thread, no room for the modes. */
-static AD_NOINLINE uint32_t keyed_rare(ad__cursor *c, uint64_t ka, double wa, uint64_t kb,
+AD_NOINLINE uint32_t ad_tape_keyed_rare(ad__cursor *c, uint64_t ka, double wa, uint64_t kb,
                                        double wb, int op, double x, double y, double v)
 {
     if (ad__alien(ka, c->key0, c->next) || ad__alien(kb, c->key0, c->next)) {
@@ -459,19 +459,23 @@ static AD_NOINLINE uint32_t keyed_rare(ad__cursor *c, uint64_t ka, double wa, ui
     return ad__push_slow(c, a, wa, b, wb, op, x, y, v);
 }
 
-/* Every record of a recording with modes comes here, so the common case,
- * the recording's own keys and room for the modes, goes straight to the
- * first mode's hook, saving no registers on the way. */
+/* Every record of a recording with modes comes here: to a lone mode's
+ * own writer, or, the recording's own keys and room for the modes,
+ * straight to the first mode's hook, saving no registers on the way. */
 uint32_t ad__push_keyed_slow(ad__cursor *c, uint64_t ka, double wa, uint64_t kb, double wb, int op,
                              double x, double y, double v)
 {
     ad_tape *t = (ad_tape *)c;
+    if (AD__UNLIKELY(c == &idle_cursor))
+        return ad_tape_keyed_rare(c, ka, wa, kb, wb, op, x, y, v);
+    if (t->keyed)
+        return t->keyed(c, ka, wa, kb, wb, op, x, y, v);
     uint64_t key0 = c->key0, next = c->next;
-    if (AD__LIKELY(c != &idle_cursor) && AD__LIKELY((ka - key0 < next) & (kb - key0 < next)) &&
+    if (AD__LIKELY((ka - key0 < next) & (kb - key0 < next)) &&
         AD__LIKELY((uintptr_t)c->cur < (uintptr_t)t->slow_end))
         return t->on[0].take(t, 0, (uint32_t)(ka - key0), wa, (uint32_t)(kb - key0), wb, op, x, y,
                              v);
-    return keyed_rare(c, ka, wa, kb, wb, op, x, y, v);
+    return ad_tape_keyed_rare(c, ka, wa, kb, wb, op, x, y, v);
 }
 
 int ad_reals_mine(ad_tape *t, size_t n, const ad_real *x)

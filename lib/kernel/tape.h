@@ -28,13 +28,16 @@ typedef struct ad_tape ad_tape;
 typedef uint32_t (*ad_take)(ad_tape *t, int i, uint32_t a, double wa, uint32_t b, double wb,
                             int op, double x, double y, double v);
 
-/* keyed, optional: the writer of every record of a recording whose only
- * mode this is, in place of the shared slow path (record.h, c->slow).  It
- * takes what passes ad__push_keys's checks and room for the modes, and
- * hands everything else to ad__push_keyed_slow. */
+/* keyed, optional: the writer of every record that ad__push_keys sends
+ * out of line in a recording whose only mode this is, in place of the
+ * hook chain.  It takes the records with the recording's keys and room
+ * for the modes, and hands the rest to ad_tape_keyed_rare. */
+typedef uint32_t (*ad_keyed)(ad__cursor *c, uint64_t ka, double wa, uint64_t kb, double wb, int op,
+                             double x, double y, double v);
+
 typedef struct ad_mode {
     ad_take take;
-    ad__keyed_fn keyed;
+    ad_keyed keyed;
 } ad_mode;
 
 #define AD_MODES 2
@@ -103,6 +106,7 @@ typedef struct ad_tape {
     uint64_t sweeps;         /* reverse sweeps run over t (a count the tests read) */
     ad__record *room_end;    /* the end of the room in the current chunk */
     ad__record *slow_end;    /* room_end while the recording's modes can take records, else NULL */
+    ad_keyed keyed;          /* a lone mode's own writer (ad_mode), or NULL */
     unsigned checks;         /* the thread's ad_set_checks flags when the recording began
                                 (check.h, ad_checks_begin) */
     ad_side side[AD_MODES];  /* side tables, of the modes of this recording or of earlier ones */
@@ -201,6 +205,11 @@ AD_HIDDEN ad_tape *ad_recording(void);
 /* Ends the recording t with status s: nothing more is recorded, and its
  * caller reports s. */
 AD_HIDDEN void ad_tape_fail(ad_tape *t, ad_status s);
+
+/* What a mode's own writer (ad_mode.keyed) does not take: a key outside
+ * the recording's (AD_EFOREIGN), the idle thread, no room for the modes. */
+AD_HIDDEN uint32_t ad_tape_keyed_rare(ad__cursor *c, uint64_t ka, double wa, uint64_t kb, double wb,
+                                      int op, double x, double y, double v);
 
 /* The same for the recording active on this thread, if there is one, so
  * that a primitive's error reaches the recording's caller; returns s. */

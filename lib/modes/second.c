@@ -298,8 +298,8 @@ static uint32_t take(ad_tape *t, int i, uint32_t a, double wa, uint32_t b, doubl
 
 /* The writer of a recording whose only mode this is (tape.h, ad_mode):
  * every record comes here from ad__push_keys, and one whose keys are the
- * recording's and for which there is room is taken without the shared
- * slow path. */
+ * recording's and for which there is room is taken without the hook
+ * chain. */
 static uint32_t keyed(ad__cursor *c, uint64_t ka, double wa, uint64_t kb, double wb, int op,
                       double x, double y, double v)
 {
@@ -307,7 +307,7 @@ static uint32_t keyed(ad__cursor *c, uint64_t ka, double wa, uint64_t kb, double
     uint64_t key0 = c->key0, next = c->next;
     if (AD__UNLIKELY((ka - key0 >= next) | (kb - key0 >= next)) ||
         AD__UNLIKELY((uintptr_t)c->cur >= (uintptr_t)t->slow_end))
-        return ad__push_keyed_slow(c, ka, wa, kb, wb, op, x, y, v);
+        return ad_tape_keyed_rare(c, ka, wa, kb, wb, op, x, y, v);
     return take(t, 0, (uint32_t)(ka - key0), wa, (uint32_t)(kb - key0), wb, op, x, y, v);
 }
 

@@ -475,13 +475,27 @@ static ad_status one_by_one(ad_tape *t, second_seeds c)
     return AD_OK;
 }
 
-/* k directions, AD_LANES at a time.  A block whose results say
- * AD_EOVERFLOW takes its directions again one by one: the NaN may be one
- * direction's and the out-of-range partial another's, and each fails as
- * ad_hvp along it would. */
+/* The wide lanes' tangents and cotangent tangents, 16 AD_SECOND_LANES
+ * bytes an ID, are read and written once a record: beyond what a cache
+ * holds, that costs more than the pass it saves. */
+#define WIDE_BYTES ((size_t)4 << 20)
+
+/* Lanes for k directions over records up to top: 1, AD_LANES, or
+ * AD_SECOND_LANES where more than AD_LANES are asked and their arrays are
+ * small. */
+static size_t lanes_for(size_t k, uint32_t top)
+{
+    size_t wide = ((size_t)top + 1) * 2 * AD_SECOND_LANES * sizeof(double);
+    return k == 1 ? 1 : k <= AD_LANES || wide > WIDE_BYTES ? AD_LANES : AD_SECOND_LANES;
+}
+
+/* k directions, L at a time.  A block whose results say AD_EOVERFLOW
+ * takes its directions again one by one: the NaN may be one direction's
+ * and the out-of-range partial another's, and each fails as ad_hvp along
+ * it would. */
 static ad_status directions(ad_tape *t, second_seeds c, size_t k)
 {
-    size_t L = k == 1 ? 1 : k <= AD_LANES ? AD_LANES : AD_SECOND_LANES;
+    size_t L = lanes_for(k, ad_outputs_top(t, 1));
     ad_status s = room(t, 1, L, &c.top);
     for (c.j0 = 0; c.j0 < k && s == AD_OK; c.j0 += L) {
         c.B = k - c.j0 < L ? k - c.j0 : L;

@@ -176,7 +176,7 @@ static void solve_jvp(void *ctx, size_t n_in, const double *in, size_t n, const 
         lu_solve(&s->f, xdot);
 }
 
-static const ad_rule solve_rule = {solve_primal, solve_vjp, solve_jvp};
+static const ad_rule solve_rule = {solve_primal, solve_vjp, solve_jvp, NULL};
 
 /* ======================================================================
  * The model: ordinary dualrev operations around the external solve

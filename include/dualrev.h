@@ -133,8 +133,8 @@ static inline double ad_value(ad_real x)
  * constant times ad_gradient; ad_hessian takes the n columns four at a
  * time from one recording.  hess is n x n, row-major, and not symmetrised
  * (it is symmetric to rounding).  On error every output is NaN.
- * AD_ENOTSUP if f calls an external function (ad_external), whose rule has
- * no second order. */
+ * AD_ENOTSUP if f calls an external function (ad_external) whose rule has
+ * no hvp. */
 AD_API ad_status ad_hvp(ad_objective f, void *ctx, size_t n, const double *x, const double *v,
                         double *fx, double *grad, double *hv);
 AD_API ad_status ad_hessian(ad_objective f, void *ctx, size_t n, const double *x,
@@ -209,8 +209,10 @@ AD_API ad_status ad_sparse_jacobian(ad_function f, void *ctx, size_t n, const do
  * inputs the recording's nonlinear interactions reach, even where the value
  * is 0 at x.  One second-order recording and one reverse sweep (edge
  * pushing), in time proportional to the records and the interactions;
- * array primitives and recorded matrices with their own rules.
- * AD_ENOTSUP on a tape with an external function.  Free H with
+ * array primitives, recorded matrices, external functions and
+ * checkpointed loops with their own rules (the last two as dense blocks:
+ * every pair of their active arguments is in the structure).  AD_ENOTSUP
+ * on a tape with an external function whose rule has no hvp.  Free H with
  * ad_csr_free. */
 AD_API ad_status ad_sparse_hessian(ad_objective f, void *ctx, size_t n, const double *x,
                                    double *fx, double *grad, ad_csr *H);
@@ -235,24 +237,36 @@ AD_API void ad_csr_free(ad_csr *J);
  *   jvp:  ydot = J xdot     (optional: without it, forward sweeps -- ad_jvp,
  *                           ad_linear_jvp, forward Jacobian columns -- return
  *                           AD_ENOTSUP, and ad_jacobian uses reverse sweeps)
+ *   hvp:  out = (sum_k ybar_k H_k) xdot, H_k the Hessian of y_k at x
+ *                           (out arrives zeroed; optional, and only with
+ *                           jvp, which the second-order sweeps need for
+ *                           the outputs' tangents.  Without it, ad_hvp,
+ *                           ad_hvps, ad_hessian, ad_hvp_sum and
+ *                           ad_sparse_hessian return AD_ENOTSUP.  Per lane
+ *                           of a second-order sweep: one hvp and one vjp
+ *                           call, a vjp more on the first; per sparse
+ *                           Hessian: n hvp and m + 1 vjp calls, and every
+ *                           pair of active arguments in the structure)
  * The rules run on plain doubles; they may use dualrev themselves (nested
  * recordings).  The rule struct is copied.  ctx is kept, not copied: it must
  * stay valid until the recording is last swept -- until ad_gradient, ad_vjp,
  * ad_jacobian, ... return, and for ad_linearize until ad_linear_free.
  * Outside a recording, or when every x is constant or m is 0, only
  * `primal` runs, on copies of x's values; y is constant and the call
- * returns AD_OK.  Returns AD_OK, AD_EINVAL (NULL rule, primal or vjp, or
- * NULL non-empty arrays, recording or not), AD_ENOMEM (outside a recording
- * too: the copies) or AD_ERANGE (the tape's limit, or n or m of 2^32 - 256
- * or more); an error is also kept by the recording, if there is one, whose
- * caller then reports it, and y is NaN.  On the tape: m + 1 slots, and 80 + 12 n +
- * 8 m bytes of block data (docs/tape.md). */
+ * returns AD_OK.  Returns AD_OK, AD_EINVAL (NULL rule, primal or vjp, hvp
+ * without jvp, or NULL non-empty arrays, recording or not), AD_ENOMEM
+ * (outside a recording too: the copies) or AD_ERANGE (the tape's limit, or
+ * n or m of 2^32 - 256 or more); an error is also kept by the recording, if
+ * there is one, whose caller then reports it, and y is NaN.  On the tape:
+ * m + 1 slots, and 88 + 12 n + 8 m bytes of block data (docs/tape.md). */
 typedef struct ad_rule {
     void (*primal)(void *ctx, size_t n, const double *x, size_t m, double *y);
     void (*vjp)(void *ctx, size_t n, const double *x, size_t m, const double *y,
                 const double *ybar, double *xbar);
     void (*jvp)(void *ctx, size_t n, const double *x, size_t m, const double *y,
                 const double *xdot, double *ydot);
+    void (*hvp)(void *ctx, size_t n, const double *x, size_t m, const double *y,
+                const double *ybar, const double *xdot, double *out);
 } ad_rule;
 
 AD_API ad_status ad_external(const ad_rule *rule, void *ctx, size_t n, const ad_real *x,

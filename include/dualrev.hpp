@@ -636,7 +636,7 @@ gradient_result gradient(F &&f, array_view x)
 }
 
 // H v with the value and gradient: ad_hvp.  AD_ENOTSUP if f calls an
-// external function.
+// external function whose rule has no hvp.
 template <class F>
 double hvp(F &&f, array_view x, array_view v, array_ref grad, array_ref hv)
 {
@@ -682,7 +682,8 @@ double hvps(F &&f, array_view x, std::size_t k, array_view V, array_ref grad, ar
 }
 
 // The dense Hessian (n x n, row-major) with the value and gradient:
-// ad_hessian.  AD_ENOTSUP if f calls an external function.
+// ad_hessian.  AD_ENOTSUP if f calls an external function whose rule has
+// no hvp.
 template <class F>
 double hessian(F &&f, array_view x, array_ref grad, array_ref hess)
 {

@@ -32,7 +32,7 @@ static ad_real faulty(const ad_real *x, size_t n, void *ctx)
 {
     const int *kind = ctx;
     ad_real a[3] = {ad_mul(x[0], 1e308), ad_mul(x[0], 1e308), ad_sub(x[0], 1.0)};
-    const ad_rule rule = {nan_primal, nan_vjp, NULL};
+    const ad_rule rule = {nan_primal, nan_vjp, NULL, NULL};
     ad_real y[1], r;
     (void)n;
     ad_where("before");

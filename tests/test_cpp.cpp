@@ -1163,7 +1163,7 @@ void twice_vjp(void *, size_t, const double *, size_t, const double *, const dou
     xbar[0] = 2.0 * ybar[0];
 }
 
-const ad::rule twice = {twice_primal, twice_vjp, nullptr};
+const ad::rule twice = {twice_primal, twice_vjp, nullptr, nullptr};
 
 real with_external(const real *x, std::size_t)
 {

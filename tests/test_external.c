@@ -233,8 +233,8 @@ static void poison_vjp(void *ctx, size_t n, const double *x, size_t m, const dou
         xbar[i] = NAN;
 }
 
-static const ad_rule rule_full = {rule_primal, rule_vjp, rule_jvp};
-static const ad_rule rule_nojvp = {rule_primal, rule_vjp, NULL};
+static const ad_rule rule_full = {rule_primal, rule_vjp, rule_jvp, NULL};
+static const ad_rule rule_nojvp = {rule_primal, rule_vjp, NULL, NULL};
 
 /* y = map(x) through ad_external; a failure is kept in *status. */
 static void apply(const ad_rule *rule, ext *e, const ad_real *x, ad_real *y, ad_status *status)
@@ -1048,7 +1048,7 @@ typedef struct empty_ctx {
 
 static ad_real empty_objective(const ad_real *z, size_t n, void *ctx)
 {
-    const ad_rule rule = {empty_primal, poison_vjp, NULL};
+    const ad_rule rule = {empty_primal, poison_vjp, NULL, NULL};
     ad_real y[2] = {{7.0, 7, 0}, {7.0, 7, 0}};
     empty_ctx *c = ctx;
     (void)n;

@@ -1249,7 +1249,7 @@ static void no_jvp_vjp(void *ctx, size_t n, const double *x, size_t m, const dou
 
 static ad_real through_external(const ad_real *x, size_t n, void *ctx)
 {
-    static const ad_rule rule = {no_jvp_primal, no_jvp_vjp, NULL};
+    static const ad_rule rule = {no_jvp_primal, no_jvp_vjp, NULL, NULL};
     ad_real y;
     (void)n, (void)ctx;
     ad_external(&rule, NULL, 1, x, 1, &y);
@@ -1784,8 +1784,8 @@ static void test_null_arguments(void **state)
     check_hessian_einval(const_objective, 0, NULL, 0, 0, 0);
 }
 
-/* ad_external has no second-order rule: AD_ENOTSUP, NaN outputs; the same
- * objective differentiates once. */
+/* ad_external with a rule without hvp has no second-order rule:
+ * AD_ENOTSUP, NaN outputs; the same objective differentiates once. */
 static void twice_primal(void *ctx, size_t n, const double *x, size_t m, double *y)
 {
     (void)ctx, (void)n, (void)m;
@@ -1801,7 +1801,7 @@ static void twice_vjp(void *ctx, size_t n, const double *x, size_t m, const doub
 
 static ad_real with_external(const ad_real *x, size_t n, void *ctx)
 {
-    static const ad_rule rule = {twice_primal, twice_vjp, NULL};
+    static const ad_rule rule = {twice_primal, twice_vjp, NULL, NULL};
     ad_real y;
     (void)n, (void)ctx;
     if (ad_external(&rule, NULL, 1, x, 1, &y) != AD_OK)

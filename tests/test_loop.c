@@ -24,13 +24,14 @@
  *     called in a for loop) and recorded plainly: every driver (ad_gradient,
  *     ad_vjp, ad_jvp, ad_jacobian with n > m and n <= m, ad_linearize with
  *     ad_linear_vjp and ad_linear_jvp applied repeatedly, ad_hvp,
- *     ad_hessian, ad_sparse_jacobian) against it, to RTOL relative to the
- *     largest entry; f(x) and y_N bit for bit; the same call again, and
- *     a repeated reverse sweep, bit for bit;
+ *     ad_hessian, ad_sparse_jacobian, ad_sparse_hessian) against it, to
+ *     RTOL relative to the largest entry; f(x) and y_N bit for bit; the
+ *     same call again, and a repeated reverse sweep, bit for bit;
  *   - eighth-order central differences (check.h) of the objective on
  *     doubles, for the gradients of LV, HEAT and NEST, and of the plain
  *     gradient for a Hessian of LV; closed forms for a 20000-step scalar
- *     loop and for the Hessian at a fixed point;
+ *     loop, for the Hessian at a fixed point and for a loop's sparse
+ *     Hessian;
  *   - the number of step evaluations against the fewest advances of
  *     binomial checkpointing, computed here by a dynamic program,
  *     F(l, s) = min_{1 <= m < l} m + F(l - m, s - 1) + F(m, s), F(1, s) = 0,
@@ -41,7 +42,7 @@
  *     ctx, or as arguments), non-finite values under AD_CHECK_FINITE
  *     (inside a step only, in y_N, in a sweep only), the tape limit, the
  *     nesting depth: a status with NaN outputs, never AD_OK with NaN, and
- *     the thread fine afterwards; ad_sparse_hessian's AD_ENOTSUP;
+ *     the thread fine afterwards;
  *   - outside a recording, all arguments constant, stateN = state0,
  *     AD_EINVAL, ad_release from a step (AD_EBUSY), tape statistics
  *     (snapshot_bytes, step_bytes, block_bytes), threads.
@@ -455,10 +456,11 @@ static void prob_free(prob *P)
  * ====================================================================== */
 
 enum what { W_FX, W_Y, W_GRAD, W_VJP, W_JVP, W_JAC, W_LVJP, W_LJVP, W_HVP_G, W_HVP, W_HESS_G,
-            W_HESS, W_SPARSE, W_REPEAT, W_KINDS };
+            W_HESS, W_SPARSE, W_SPARSE_HESS, W_REPEAT, W_KINDS };
 static const char *const what_name[W_KINDS] = {
     "f(x)", "y_N", "gradient", "vjp", "jvp", "jacobian", "linear_vjp", "linear_jvp",
-    "hvp grad", "hvp H v", "hessian grad", "hessian H", "sparse jacobian", "same call again"};
+    "hvp grad", "hvp H v", "hessian grad", "hessian H", "sparse jacobian", "sparse hessian",
+    "same call again"};
 
 static struct {
     double worst;  /* largest error / largest |entry| */
@@ -1139,7 +1141,8 @@ static void test_nesting_depth(void **state)
  * ====================================================================== */
 
 enum alloc_api { A_GRADIENT, A_HVP, A_HESSIAN, A_JACOBIAN, A_JVP, A_SPARSE, A_LINEARIZE,
-                 A_LINEAR_VJP, A_LINEAR_JVP, A_NESTED, A_NESTED_HESSIAN, A_CHECKED, A_APIS };
+                 A_LINEAR_VJP, A_LINEAR_JVP, A_NESTED, A_NESTED_HESSIAN, A_CHECKED,
+                 A_SPARSE_HESSIAN, A_APIS };
 
 /* One call, NaN-prefilled outputs; results in out[0..] (fx first if any). */
 static ad_status alloc_call(int api, prob *P, ad_linear *L, const double *x, double *out)
@@ -1172,6 +1175,19 @@ static ad_status alloc_call(int api, prob *P, ad_linear *L, const double *x, dou
         }
         return st;
     }
+    case A_SPARSE_HESSIAN: {  /* the loop's arguments, a dense block: nx (nx + 1) / 2 values */
+        ad_csr C;
+        st = ad_sparse_hessian(objective, P, nx, x, out, out + 1, &C);
+        if (st == AD_OK) {
+            assert_int_equal(C.nnz, nx * (nx + 1) / 2);
+            memcpy(out + 1 + nx, C.val, C.nnz * sizeof *out);
+            ad_csr_free(&C);
+        } else {
+            assert_csr_empty(&C);
+            fill(out + 1 + nx, nx * (nx + 1) / 2, NAN);
+        }
+        return st;
+    }
     case A_JACOBIAN: return ad_jacobian(final_state, P, nx, x, n, out, out + n);
     case A_JVP: return ad_jvp(final_state, P, nx, x, v, n, out, out + n);
     case A_LINEAR_VJP: return ad_linear_vjp(L, w, out);
@@ -1200,6 +1216,7 @@ static size_t alloc_outputs(int api, const prob *P)
     case A_HESSIAN:
     case A_NESTED_HESSIAN: return 1 + nx + nx * nx;
     case A_SPARSE: return n;  /* and the values, not NaN-filled on failure */
+    case A_SPARSE_HESSIAN: return 1 + nx + nx * (nx + 1) / 2;
     case A_JACOBIAN: return n + n * nx;
     case A_JVP: return 2 * n;
     case A_LINEAR_VJP: return nx;
@@ -1332,6 +1349,11 @@ static void expect_everywhere(prob *P, ad_status want)
     ad_csr C;
     P->evals = 0;
     assert_status(ad_sparse_jacobian(trap_function, P, 6, x, 2, y, &C), want);
+    assert_csr_empty(&C);
+    P->evals = 0;
+    assert_status(ad_sparse_hessian(trap_objective, P, 6, x, &fx, g, &C), want);
+    assert_nan(fx);
+    assert_all_nan_vec(g, 6);
     assert_csr_empty(&C);
 }
 
@@ -1582,29 +1604,190 @@ static void test_sparse(void **state)
     prob_free(P);
 }
 
-static void test_sparse_hessian_refused(void **state)
+/* ad_sparse_hessian of P's objective through the loop against
+ * ad_hessian of the same loop and of the loop written out, and the
+ * structure against the written-out sparse one: it holds every pair of
+ * that one and the loop's arguments as a dense block (the replays carry
+ * no reach), whose other pairs are 0 to rounding.  Then
+ * ad_sparse_hessian_values into it, bit for bit. */
+static void check_sparse_hessian(prob *P)
+{
+    size_t nx = n_in(P);
+    double *x = dalloc(nx), *g[2], *gs[2], *H[2], fx[2], fs[2], *dense = dalloc(nx * nx);
+    ad_csr S[2];
+    for (int l = 0; l < 2; l++)
+        g[l] = dalloc(nx), gs[l] = dalloc(nx), H[l] = dalloc(nx * nx);
+    base_x(P, x);
+    for (int l = 1; l >= 0; l--) {
+        assert_status(ad_hessian(objective, use(P, l), nx, x, &fx[l], g[l], H[l]), AD_OK);
+        assert_status(ad_sparse_hessian(objective, use(P, l), nx, x, &fs[l], gs[l], &S[l]), AD_OK);
+        assert_status(P->st, AD_OK);
+        assert_csr_valid(&S[l], nx, nx);
+    }
+    assert_bits(W_FX, &fx[1], &fx[0], 1);
+    assert_bits(W_FX, fs, fx, 2);
+    assert_vec(W_HESS, H[1], H[0], nx * nx);
+    assert_vec(W_HESS_G, g[1], g[0], nx);
+    assert_vec(W_HESS_G, gs[1], g[0], nx);
+    fill(dense, nx * nx, 0.0);
+    for (size_t r = 0; r < nx; r++)
+        for (size_t k = S[1].row_ptr[r]; k < S[1].row_ptr[r + 1]; k++)
+            dense[r * nx + S[1].col[k]] = dense[S[1].col[k] * nx + r] = S[1].val[k];
+    assert_vec(W_SPARSE_HESS, dense, H[1], nx * nx);
+    for (size_t r = 0; r < nx; r++) {
+        size_t k = S[1].row_ptr[r];
+        for (size_t e = S[0].row_ptr[r]; e < S[0].row_ptr[r + 1]; e++) {
+            while (k < S[1].row_ptr[r + 1] && S[1].col[k] < S[0].col[e])
+                k++;
+            assert_true(k < S[1].row_ptr[r + 1] && S[1].col[k] == S[0].col[e]);
+        }
+    }
+    /* into its own structure: the same values */
+    double *val = dalloc(S[1].nnz ? S[1].nnz : 1);
+    memcpy(val, S[1].val, S[1].nnz * sizeof *val);
+    fill(S[1].val, S[1].nnz, 7.0);
+    assert_status(ad_sparse_hessian_values(objective, use(P, 1), nx, x, &fs[1], gs[1], &S[1]),
+                  AD_OK);
+    assert_bits(W_REPEAT, S[1].val, val, S[1].nnz);
+    free(val);
+    ad_csr_free(&S[0]);
+    ad_csr_free(&S[1]);
+    use(P, 1);
+    free(x), free(dense);
+    for (int l = 0; l < 2; l++)
+        free(g[l]), free(gs[l]), free(H[l]);
+}
+
+static void test_sparse_hessian(void **state)
 {
     (void)state;
-    prob *P = lv_new(7, 2, 4, ACT_BOTH);
-    double x[6], fx = 7.0, g[6];
-    ad_csr H;
-    base_x(P, x);
-    /* written out: fine */
-    assert_status(ad_sparse_hessian(objective, use(P, 0), 6, x, &fx, g, &H), AD_OK);
-    assert_csr_valid(&H, 6, 6);
-    /* through the loop: AD_ENOTSUP, everything NaN or empty */
-    assert_status(ad_sparse_hessian_values(objective, use(P, 1), 6, x, &fx, g, &H), AD_ENOTSUP);
-    assert_all_nan(fx, g, 6);
-    assert_all_nan_vec(H.val, H.nnz);
-    ad_csr_free(&H);
-    assert_status(ad_sparse_hessian(objective, use(P, 1), 6, x, &fx, g, &H), AD_ENOTSUP);
-    assert_all_nan(fx, g, 6);
-    assert_csr_empty(&H);
-    /* steps = 0 records no loop: fine */
-    P->steps = 0;
-    assert_status(ad_sparse_hessian(objective, use(P, 1), 6, x, &fx, g, &H), AD_OK);
-    ad_csr_free(&H);
+    static const struct {
+        size_t np;
+        int act;
+    } lv_forms[] = {{4, ACT_BOTH}, {4, ACT_STATE}, {4, ACT_PARAMS}, {0, ACT_STATE}};
+    static const size_t steps[] = {1, 2, 7, 13};
+    for (size_t f = 0; f < 4; f++)
+        for (size_t i = 0; i < 4; i++)
+            for (size_t snaps = 0; snaps <= 2; snaps++) {
+                prob *P = lv_new(steps[i], snaps, lv_forms[f].np, lv_forms[f].act);
+                check_sparse_hessian(P);
+                prob_free(P);
+            }
+    for (int form = 0; form < 5; form++) {
+        static const int acts[] = {ACT_BOTH, ACT_STATE, ACT_PARAMS, ACT_BOTH, ACT_STATE};
+        prob *P = odd_new(7, 2, form == 4 ? 0 : 2, acts[form], form == 3);
+        check_sparse_hessian(P);
+        prob_free(P);
+    }
+    prob *P = nest_new(5, 2, 4, 2, 4, ACT_BOTH);
+    check_sparse_hessian(P);
     prob_free(P);
+    P = heat_new(10, 7, 2, 2, ACT_BOTH);
+    check_sparse_hessian(P);
+    prob_free(P);
+    /* at LV's fixed point the outputs' cotangents are 0, their curvature not */
+    P = lv_new(13, 2, 4, ACT_BOTH);
+    P->s0[0] = P->s0[1] = P->data[0] = P->data[1] = 0.0;
+    check_sparse_hessian(P);
+    prob_free(P);
+}
+
+/* The cost of ad_sparse_hessian through a loop: the recording's l
+ * evaluations, one exact reverse replay per state (the first from the
+ * recording's descent, F(l, S) + 1, the others F(l, S) + l), one
+ * second-order replay per active argument (F(l, S) + l each) and the
+ * cotangents' reverse replay (F(l, S) + l). */
+static void test_sparse_hessian_counts(void **state)
+{
+    (void)state;
+    dp_init();
+    static const size_t ls[] = {1, 2, 7, 13, 30};
+    for (size_t i = 0; i < 5; i++)
+        for (size_t snaps = 1; snaps <= 3; snaps++) {
+            size_t l = ls[i], S = snaps_used(l, snaps);
+            long t = (long)F[l][S], L = (long)l;
+            prob *P = lv_new(l, snaps, 4, ACT_BOTH);
+            double x[6], fx, g[6];
+            ad_csr H;
+            base_x(P, x);
+            P->evals = 0;
+            assert_status(ad_sparse_hessian(objective, P, 6, x, &fx, g, &H), AD_OK);
+            long want = L + (t + 1) + (t + L) + 6 * (t + L) + (t + L);
+            if (P->evals != want) {
+                print_error("steps %zu, snapshots %zu: %ld evaluations, expected %ld\n", l,
+                            snaps, P->evals, want);
+                fail();
+            }
+            assert_int_equal(H.nnz, 21);  /* the loop's 6 arguments: dense */
+            ad_csr_free(&H);
+            prob_free(P);
+        }
+}
+
+/* A loop with a Hessian in closed form: state (u, v), param p, N steps
+ * of u' = p u, v' = v + u^2 (the steps skip nothing: v's partial in p is
+ * there though the step never reads both), so u_N = p^N u0 and
+ * v_N = v0 + u0^2 S(p), S(p) = sum_{k<N} p^(2k).  f = v_N + c u_N:
+ *   f_u0u0 = 2 S, f_u0p = 2 u0 S' + c N p^(N-1), f_pp = u0^2 S'' +
+ *   c N (N-1) u0 p^(N-2), v0's row 0 -- but in the structure, as the loop
+ * is a dense block. */
+static void square_step(size_t k, const ad_real *s, ad_real *next, size_t n,
+                        const ad_real *params, size_t np, void *ctx)
+{
+    (void)k, (void)n, (void)np, (void)ctx;
+    next[0] = ad_mul(params[0], s[0]);
+    next[1] = ad_add(s[1], ad_mul(s[0], s[0]));
+}
+
+static ad_real square_objective(const ad_real *x, size_t nx, void *ctx)
+{
+    const size_t *N = ctx;
+    ad_real out[2];
+    (void)nx;
+    ad_checkpointed_loop(square_step, NULL, *N, 2, 2, x, 1, x + 2, out);
+    return ad_add(out[1], ad_mul(0.75, out[0]));
+}
+
+static void test_sparse_hessian_closed_form(void **state)
+{
+    (void)state;
+    static const size_t Ns[] = {1, 2, 5, 9};
+    for (size_t t = 0; t < 4; t++) {
+        size_t N = Ns[t];
+        const double x[3] = {0.6, -0.4, 1.1}, c = 0.75;
+        double u0 = x[0], p = x[2], S = 0, S1 = 0, S2 = 0, fx, g[3], Hd[9];
+        for (size_t k = 0; k < N; k++) {
+            double e = (double)(2 * k);
+            S += pow(p, e);
+            S1 += k ? e * pow(p, e - 1) : 0.0;
+            S2 += k ? e * (e - 1) * pow(p, e - 2) : 0.0;
+        }
+        double Nd = (double)N;
+        double want[9] = {2 * S, 0, 2 * u0 * S1 + c * Nd * pow(p, Nd - 1),
+                          0, 0, 0,
+                          2 * u0 * S1 + c * Nd * pow(p, Nd - 1), 0,
+                          u0 * u0 * S2 + c * Nd * (Nd - 1) * u0 * (N > 1 ? pow(p, Nd - 2) : 0)};
+        ad_csr H;
+        assert_status(ad_sparse_hessian(square_objective, &N, 3, x, &fx, g, &H), AD_OK);
+        assert_csr_valid(&H, 3, 3);
+        assert_int_equal(H.nnz, 6);
+        for (size_t r = 0; r < 3; r++)
+            for (size_t k = H.row_ptr[r]; k < H.row_ptr[r + 1]; k++)
+                assert_near(H.val[k], want[r * 3 + H.col[k]], 1e-14, 1e-15);
+        assert_near(g[1], 1.0, 0.0, 0.0);
+        ad_csr_free(&H);
+        assert_status(ad_hessian(square_objective, &N, 3, x, &fx, g, Hd), AD_OK);
+        for (size_t e = 0; e < 9; e++)
+            assert_near(Hd[e], want[e], 1e-14, 1e-15);
+    }
+    /* steps = 0 records no loop: the objective's own structure */
+    size_t N = 0;
+    const double x[3] = {0.6, -0.4, 1.1};
+    double fx, g[3];
+    ad_csr H;
+    assert_status(ad_sparse_hessian(square_objective, &N, 3, x, &fx, g, &H), AD_OK);
+    assert_int_equal(H.nnz, 0);
+    ad_csr_free(&H);
 }
 
 /* ======================================================================
@@ -2352,7 +2535,9 @@ int main(void)
         cmocka_unit_test_teardown(test_nonfinite, reset),
         cmocka_unit_test_teardown(test_tape_limit, reset),
         cmocka_unit_test_teardown(test_sparse, reset),
-        cmocka_unit_test_teardown(test_sparse_hessian_refused, reset),
+        cmocka_unit_test_teardown(test_sparse_hessian, reset),
+        cmocka_unit_test_teardown(test_sparse_hessian_counts, reset),
+        cmocka_unit_test_teardown(test_sparse_hessian_closed_form, reset),
         cmocka_unit_test_teardown(test_outside_recording, reset),
         cmocka_unit_test_teardown(test_constants_and_aliasing, reset),
         cmocka_unit_test_teardown(test_invalid_arguments, reset),

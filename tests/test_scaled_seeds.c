@@ -382,7 +382,7 @@ static void twice_jvp(void *ctx, size_t n, const double *x, size_t m, const doub
     ydot[0] = 2 * xdot[0];
 }
 
-static const ad_rule rule = {twice, twice_vjp, twice_jvp};
+static const ad_rule rule = {twice, twice_vjp, twice_jvp, NULL};
 
 static ad_real through_rule(const ad_real *x, size_t n, void *ctx)
 {

@@ -645,7 +645,7 @@ static void rule_vjp(void *ctx, size_t n, const double *x, size_t m, const doubl
     xbar[0] = 2.0 * x[0] * ybar[0];
 }
 
-static const ad_rule square_rule = {rule_primal, rule_vjp, NULL};
+static const ad_rule square_rule = {rule_primal, rule_vjp, NULL, NULL};
 
 static ad_real with_external(const ad_real *x, size_t n, void *ctx)
 {

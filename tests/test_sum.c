@@ -622,7 +622,7 @@ static void twice_vjp(void *ctx, size_t n, const double *x, size_t m, const doub
     xbar[0] = 2.0 * ybar[0];
 }
 
-static const ad_rule twice_rule = {twice_primal, twice_vjp, NULL};
+static const ad_rule twice_rule = {twice_primal, twice_vjp, NULL, NULL};
 
 enum fault_kind { F_NONE, F_FOREIGN, F_NONFINITE, F_EXTERNAL };
 
@@ -797,8 +797,8 @@ static void test_first_failure_wins(void **state)
     fixture_close(&e);
 }
 
-/* An external function: ad_gradient_sum differentiates it, ad_hvp_sum
- * refuses it (AD_ENOTSUP). */
+/* An external function without an hvp rule: ad_gradient_sum
+ * differentiates it, ad_hvp_sum refuses it (AD_ENOTSUP). */
 static void test_external_in_term(void **state)
 {
     err_fixture e;

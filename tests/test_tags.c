@@ -296,7 +296,7 @@ static ad_real one_kind(const ad_real *x, size_t n, void *ctx)
     }
     ad_real a[2] = {x[0], b->saved[1]}, y[2], r = x[0];
     ad_mat M;
-    const ad_rule rule = {foreign_primal, foreign_vjp, NULL};
+    const ad_rule rule = {foreign_primal, foreign_vjp, NULL, NULL};
     switch (b->kind) {
     case 0: r = ad_mul(x[0], b->saved[1]); break;
     case 1: r = ad_log(b->saved[1]); break;
@@ -357,7 +357,7 @@ static void test_every_kind_of_argument(void **state)
         b.save = 0;
         assert_int_equal(ad_gradient(one_kind, &b, 2, x, &fx, g), AD_EFOREIGN);
         assert_all_nan(fx, g, 2);
-        if (kind != 10) {  /* an external function has no second-order rule */
+        if (kind != 10) {  /* an external function without hvp has no second-order rule */
             assert_int_equal(ad_hvp(one_kind, &b, 2, x, v, &fx, g, hv), AD_EFOREIGN);
             expect_nan(hv, 2);
         }

@@ -443,6 +443,37 @@ static void loop_jvp_exact(ad_tape *t, ad_block *b, const unsigned char *args,
     forward_rule(t, b, args, xdot, ydot, outs);
 }
 
+/* The second-order replay, rp started with states and tangents: from the
+ * outputs' cotangents rp->lam and their tangents rp->lamd, along the
+ * arguments' tangents rp->vin (state0's, then the params'), the
+ * arguments' cotangents into rp->xb and their tangents into rp->xbd.  A
+ * step's second partial out of range (AD_EOVERFLOW) is the caller's as if
+ * the loop were written out: NaN where it goes, and the recording says so
+ * (second.h), for a pass that is not exact may sweep the loop where the
+ * exact one does not. */
+static ad_status second_replay(ad_tape *t, replay *rp)
+{
+    loop *lp = rp->lp;
+    size_t n = lp->n, np = lp->np;
+    memcpy(rp->reg, lp_x(lp), n * sizeof *rp->reg);
+    memcpy(rp->reg + n, rp->vin, n * sizeof *rp->reg);
+    store(rp, 0);
+    memset(rp->pacc, 0, 2 * np * sizeof *rp->pacc);  /* and pdacc */
+    ad_status s = schedule(rp, 1, 0);
+    lp->warm = 0;
+    memcpy(rp->xb, rp->lam, n * sizeof *rp->xb);
+    memcpy(rp->xb + n, rp->pacc, np * sizeof *rp->xb);
+    memcpy(rp->xbd, rp->lamd, n * sizeof *rp->xbd);
+    memcpy(rp->xbd + n, rp->pdacc, np * sizeof *rp->xbd);
+    if (s == AD_EOVERFLOW) {
+        t->traits |= AD_SECOND_RANGE;
+        ad_fill_nan(rp->xb, n + np);
+        ad_fill_nan(rp->xbd, n + np);
+        s = AD_OK;
+    }
+    return s;
+}
+
 /* Lane `lane` of L: the outputs' cotangents (adj, one lane) and their
  * tangents (adjd) move to the arguments, along the arguments' tangents
  * (tan); adj is updated on the first lane only. */
@@ -462,26 +493,7 @@ static void loop_second(ad_tape *t, ad_block *b, uint32_t hid, const double *tan
         }
         for (size_t k = 0; k < nx; k++)
             rp.vin[k] = ids[k] ? tan[(size_t)ids[k] * L + lane] : 0.0;
-        memcpy(rp.reg, lp_x(lp), n * sizeof *rp.reg);
-        memcpy(rp.reg + n, rp.vin, n * sizeof *rp.reg);
-        store(&rp, 0);
-        memset(rp.pacc, 0, 2 * lp->np * sizeof *rp.pacc);  /* and pdacc */
-        s = schedule(&rp, 1, 0);
-        lp->warm = 0;
-        memcpy(rp.xb, rp.lam, n * sizeof *rp.xb);
-        memcpy(rp.xb + n, rp.pacc, lp->np * sizeof *rp.xb);
-        memcpy(rp.xbd, rp.lamd, n * sizeof *rp.xbd);
-        memcpy(rp.xbd + n, rp.pdacc, lp->np * sizeof *rp.xbd);
-        /* A step's second partial out of range (AD_EOVERFLOW) is the
-         * caller's as if the loop were written out: NaN where it goes,
-         * and the recording says so (second.h), for a pass that is not
-         * exact may sweep the loop where the exact one does not. */
-        if (s == AD_EOVERFLOW) {
-            t->traits |= AD_SECOND_RANGE;
-            ad_fill_nan(rp.xb, nx);
-            ad_fill_nan(rp.xbd, nx);
-            s = AD_OK;
-        }
+        s = second_replay(t, &rp);
         if (s == AD_OK)
             for (size_t k = 0; k < nx; k++) {
                 if (first)
@@ -493,11 +505,77 @@ static void loop_second(ad_tape *t, ad_block *b, uint32_t hid, const double *tan
     end_rule(t, s, NULL, 0, &w);
 }
 
+/* ---- edge pushing (sparse Hessians) ---- */
+
+/* Output o's partials: row o of the loop's Jacobian, from the exact
+ * reverse replay seeded with e_o (block.c, ad_block_pullback_reached),
+ * which flags the arguments o reaches: the others' are structural zeros,
+ * left out, as the constant arguments' are.  One replay per output, as a
+ * sparse Jacobian's row takes. */
+static void loop_partials(ad_tape *t, ad_block *b, uint32_t o,
+                          void (*each)(void *cx, size_t arg, double d), void *cx)
+{
+    const uint32_t *ids = ad_block_ids(b);
+    size_t n = b->nout, nx = (size_t)b->nargs;
+    if (t->fault != AD_OK)
+        return;  /* an earlier rule failed: the sweep's results are lost */
+    unsigned char *outs = ad_block_flags(t), *args = outs + n;
+    double *ybar = ad_block_ybar(t);
+    memset(outs, 0, n);
+    memset(ybar, 0, n * sizeof *ybar);
+    outs[o] = 1;
+    ybar[o] = 1.0;
+    const double *xbar = ad_block_pullback_reached(t, b, ybar);
+    if (t->fault != AD_OK)
+        return;
+    for (size_t k = 0; k < nx; k++)
+        if (ids[k] && args[k])
+            each(cx, k, xbar[k]);
+}
+
+/* sum_k ybar_k H_k over the loop's arguments: one second-order replay per
+ * active argument a, along e_a with the outputs' cotangents ybar and zero
+ * tangents of them, gives column a (loop_second's rule, as a lane of
+ * ad_hessian).  Every pair a <= b of active arguments is reported: the
+ * replays carry no reach, so the block is dense. */
+static void loop_curvature(ad_tape *t, ad_block *b, const double *ybar,
+                           void (*each2)(void *cx, size_t a, size_t b, double v), void *cx)
+{
+    loop *lp = (loop *)b;
+    const uint32_t *ids = ad_block_ids(b);
+    size_t n = lp->n, nx = n + lp->np;
+    if (t->fault != AD_OK)
+        return;
+    ad_watch w = ad_watch_begin();  /* see end_rule() */
+    replay rp;
+    ad_status s = replay_start(&rp, t, lp, 1);
+    if (s == AD_OK) {
+        ad_block_enter();  /* the steps are recorded one level down */
+        for (size_t a = 0; a < nx && s == AD_OK; a++) {
+            if (!ids[a])
+                continue;
+            memcpy(rp.lam, ybar, n * sizeof *rp.lam);
+            memset(rp.lamd, 0, n * sizeof *rp.lamd);
+            memset(rp.vin, 0, nx * sizeof *rp.vin);
+            rp.vin[a] = 1.0;
+            s = second_replay(t, &rp);
+            for (size_t c = a; c < nx && s == AD_OK; c++)
+                if (ids[c])
+                    each2(cx, a, c, rp.xbd[c]);
+        }
+        ad_block_leave();
+        replay_free(&rp);
+    }
+    end_rule(t, s, NULL, 0, &w);
+}
+
 static const ad_block_kind loop_kind = {.name = "checkpointed loop",
                                         .foreign = 1,  /* the steps are the user's code */
                                         .vjp = loop_vjp,
                                         .jvp = loop_jvp,
                                         .second = loop_second,
+                                        .partials = loop_partials,
+                                        .curvature = loop_curvature,
                                         .vjp_exact = loop_vjp_exact,
                                         .jvp_exact = loop_jvp_exact};
 

@@ -118,25 +118,13 @@ ad_block *ad_block_of(const ad_tape *t, const ad__record *r)
     return ad_block_at(t, (size_t)bits);
 }
 
-/* User rules may use dualrev: the nesting depth goes up around them, so
- * that a nested recording cannot take the tape being swept. */
-static void enter(void)
-{
-    ad_thread_self()->depth++;
-}
-
-static void leave(void)
-{
-    ad_thread_self()->depth--;
-}
-
 const double *ad_block_pullback(ad_tape *t, ad_block *b, const double *ybar)
 {
     double *xbar = ad_block_work(t) + b->nout;
     memset(xbar, 0, ((size_t)b->nargs + b->run_len) * sizeof *xbar);
-    enter();
+    ad_block_enter();
     b->kind->vjp(t, b, ybar, xbar);
-    leave();
+    ad_block_leave();
     return xbar;
 }
 
@@ -176,9 +164,9 @@ const double *ad_block_pullback_reached(ad_tape *t, ad_block *b, const double *y
     double *xbar = ad_block_work(t) + b->nout;
     memset(xbar, 0, nx * sizeof *xbar);
     memset(args, 0, nx);
-    enter();
+    ad_block_enter();
     b->kind->vjp_exact(t, b, outs, ybar, xbar, args);
-    leave();
+    ad_block_leave();
     return xbar;
 }
 
@@ -200,9 +188,9 @@ void ad_block_forward_reached(ad_tape *t, const ad__record *r, uint32_t hid, dou
     memset(outs, 0, b->nout);
     memset(ydot, 0, b->nout * sizeof *ydot);
     if (any) {
-        enter();
+        ad_block_enter();
         b->kind->jvp_exact(t, b, args, xdot, ydot, outs);
-        leave();
+        ad_block_leave();
     }
     tan[hid] = 0.0;
     for (uint32_t j = 0; j < b->nout; j++) {
@@ -252,9 +240,9 @@ void ad_block_forward(ad_tape *t, const ad__record *r, uint32_t hid, double *tan
             xdot[k] = ids[k] ? tan[(size_t)ids[k] * L + l] : 0.0;
         for (uint32_t k = 0; k < b->run_len; k++)
             xdot[b->nargs + k] = tan[(size_t)(b->run + k) * L + l];
-        enter();
+        ad_block_enter();
         b->kind->jvp(t, b, xdot, ydot);
-        leave();
+        ad_block_leave();
         for (uint32_t j = 0; j < b->nout; j++)
             tan[(size_t)(hid + 1 + j) * L + l] = ydot[j];
     }
@@ -264,10 +252,10 @@ void ad_block_second(ad_tape *t, const ad__record *r, uint32_t hid, const double
                      double *adj, double *adjd, size_t L)
 {
     ad_block *b = ad_block_of(t, r);
-    enter();
+    ad_block_enter();
     for (size_t l = 0; l < L; l++)
         b->kind->second(t, b, hid, tan, adj, adjd, L, l, l == 0);
-    leave();
+    ad_block_leave();
 }
 
 void ad_block_fail(ad_tape *t, ad_status s)

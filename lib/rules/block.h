@@ -117,6 +117,20 @@ AD_HIDDEN void ad_block_forward(ad_tape *t, const ad__record *r, uint32_t hid, d
 AD_HIDDEN void ad_block_second(ad_tape *t, const ad__record *r, uint32_t hid,
                                const double *tan, double *adj, double *adjd, size_t L);
 
+/* User rules may use dualrev: the nesting depth goes up around them, so
+ * that a nested recording cannot take the tape being swept.  The sweeps'
+ * entry points above do it; a kind's rule that calls user code from a
+ * hook they do not wrap (partials, curvature) does it itself. */
+static inline void ad_block_enter(void)
+{
+    ad_thread_self()->depth++;
+}
+
+static inline void ad_block_leave(void)
+{
+    ad_thread_self()->depth--;
+}
+
 /* A rule that fails in a sweep (a checkpointed loop's replay ran out of
  * memory, say) says so here, and writes NaN where its results go: the
  * first fault of a driver call is kept in t->fault, and ad_seeded (or the

@@ -41,11 +41,115 @@ static void ext_jvp(ad_tape *t, ad_block *b, const double *xdot, double *ydot)
     e->rule.jvp(e->ctx, e->n, ext_x(e), e->m, ext_y(e), xdot, ydot);
 }
 
-/* No second-order rule: ad_hvp reports AD_ENOTSUP on a tape with one. */
+/* ---- second order, from the rule's hvp ----
+ *
+ * The work array (block.h) holds 2m + 3n doubles for these (reserved when
+ * the block is recorded): the outputs' cotangents and their tangents, the
+ * arguments' tangents, then a vjp's and an hvp's results.  A constant
+ * argument (ID 0, the sink) takes no tangent and gives nothing. */
+
+/* out = (sum_k ybar_k H_k) xdot, out zeroed first as vjp's xbar is. */
+static void ext_hvp(const external *e, const double *ybar, const double *xdot, double *out)
+{
+    memset(out, 0, e->n * sizeof *out);
+    e->rule.hvp(e->ctx, e->n, ext_x(e), e->m, ext_y(e), ybar, xdot, out);
+}
+
+/* xbar = J^T ybar, xbar zeroed first. */
+static void ext_pull(const external *e, const double *ybar, double *xbar)
+{
+    memset(xbar, 0, e->n * sizeof *xbar);
+    e->rule.vjp(e->ctx, e->n, ext_x(e), e->m, ext_y(e), ybar, xbar);
+}
+
+/* Lane `lane` of the second-order sweep (second_order.c), forward over
+ * reverse: adj[x] += J^T ybar (on the first lane only: adj has one), and
+ * adjd[x] += J^T ybard + (sum_k ybar_k H_k) xdot.  The sweep raises the
+ * nesting depth around it. */
+static void ext_second(ad_tape *t, ad_block *b, uint32_t hid, const double *tan, double *adj,
+                       double *adjd, size_t L, size_t lane, int first)
+{
+    const external *e = (const external *)b;
+    const uint32_t *ids = ad_block_ids(b);
+    size_t n = e->n, m = e->m;
+    double *ybar = ad_block_work(t), *ybard = ybar + m, *xdot = ybard + m;
+    double *xbar = xdot + n, *hv = xbar + n;
+    for (size_t j = 0; j < m; j++) {
+        ybar[j] = adj[hid + 1 + j];
+        ybard[j] = adjd[(size_t)(hid + 1 + j) * L + lane];
+    }
+    for (size_t k = 0; k < n; k++)
+        xdot[k] = ids[k] ? tan[(size_t)ids[k] * L + lane] : 0.0;
+    if (first) {
+        ext_pull(e, ybar, xbar);
+        for (size_t k = 0; k < n; k++)
+            if (ids[k])
+                adj[ids[k]] += xbar[k];
+    }
+    ext_pull(e, ybard, xbar);
+    ext_hvp(e, ybar, xdot, hv);
+    for (size_t k = 0; k < n; k++)
+        if (ids[k])
+            adjd[(size_t)ids[k] * L + lane] += xbar[k] + hv[k];
+}
+
+/* Edge pushing (edge_push.c): row o of J from one vjp with the unit
+ * cotangent e_o.  dualrev cannot see the function, so every entry is
+ * structural, a zero included; the constant arguments' are left out. */
+static void ext_partials(ad_tape *t, ad_block *b, uint32_t o,
+                         void (*each)(void *cx, size_t arg, double d), void *cx)
+{
+    const external *e = (const external *)b;
+    const uint32_t *ids = ad_block_ids(b);
+    double *ybar = ad_block_ybar(t);
+    memset(ybar, 0, e->m * sizeof *ybar);
+    ybar[o] = 1.0;
+    const double *xbar = ad_block_pullback(t, b, ybar);
+    for (size_t k = 0; k < e->n; k++)
+        if (ids[k])
+            each(cx, k, xbar[k]);
+}
+
+/* sum_k ybar_k H_k, a column a time from hvp along e_a; the pairs a <= b
+ * of active arguments, every one structural as above.  ybar lies at the
+ * start of the work array (ad_block_ybar), the unit tangent and the
+ * column after it. */
+static void ext_curvature(ad_tape *t, ad_block *b, const double *ybar,
+                          void (*each2)(void *cx, size_t a, size_t b, double v), void *cx)
+{
+    const external *e = (const external *)b;
+    const uint32_t *ids = ad_block_ids(b);
+    size_t n = e->n;
+    double *xdot = ad_block_work(t) + e->m, *col = xdot + n;
+    memset(xdot, 0, n * sizeof *xdot);
+    ad_block_enter();
+    for (size_t a = 0; a < n; a++) {
+        if (!ids[a])
+            continue;
+        xdot[a] = 1.0;
+        ext_hvp(e, ybar, xdot, col);
+        xdot[a] = 0.0;
+        for (size_t c = a; c < n; c++)
+            if (ids[c])
+                each2(cx, a, c, col[c]);
+    }
+    ad_block_leave();
+}
+
+/* Without hvp, no second-order rule and no edge-pushing one: ad_hvp and
+ * ad_sparse_hessian report AD_ENOTSUP on a tape with the block. */
+static const ad_block_kind with_hvp = {.name = "external", .foreign = 1, .vjp = ext_vjp,
+                                       .jvp = ext_jvp, .second = ext_second,
+                                       .partials = ext_partials, .curvature = ext_curvature};
 static const ad_block_kind with_jvp = {.name = "external", .foreign = 1, .vjp = ext_vjp,
                                        .jvp = ext_jvp};
 static const ad_block_kind without_jvp = {.name = "external", .foreign = 1,
                                           .vjp = ext_vjp};
+
+static const ad_block_kind *kind_of(const ad_rule *rule)
+{
+    return rule->hvp ? &with_hvp : rule->jvp ? &with_jvp : &without_jvp;
+}
 
 /* The error is kept in the recording, if there is one, so that its caller
  * reports it rather than a gradient that silently lacks this function. */
@@ -76,7 +180,9 @@ static ad_status run_plain(const ad_rule *rule, void *ctx, size_t n, const ad_re
 ad_status ad_external(const ad_rule *rule, void *ctx, size_t n, const ad_real *x, size_t m,
                       ad_real *y)
 {
-    if (!rule || !rule->primal || !rule->vjp || (n && !x) || (m && !y))
+    /* hvp without jvp: the second-order sweeps need the outputs' tangents */
+    if (!rule || !rule->primal || !rule->vjp || (rule->hvp && !rule->jvp) || (n && !x) ||
+        (m && !y))
         return fail(AD_EINVAL, m, y);
     ad_tape *t = ad_recording();
     if (!t || !ad_any_active(n, x) || m == 0)
@@ -88,10 +194,10 @@ ad_status ad_external(const ad_rule *rule, void *ctx, size_t n, const ad_real *x
         return fail(AD_ERANGE, m, y);
     size_t size = sizeof(external) + (n + m) * sizeof(double) + n * sizeof(uint32_t);
     size_t at = ad_block_new(t, size, (uint32_t)m, (uint32_t)n, 0);
-    if (at == SIZE_MAX)
-        return fail(AD_ENOMEM, m, y);
+    if (at == SIZE_MAX || (rule->hvp && !ad_block_reserve(t, 2 * m + 3 * n)))
+        return fail(AD_ENOMEM, m, y);  /* ext_second's work */
     external *e = (external *)ad_block_at(t, at);
-    e->base.kind = rule->jvp ? &with_jvp : &without_jvp;
+    e->base.kind = kind_of(rule);
     e->base.ids = sizeof(external) + (n + m) * sizeof(double);
     e->rule = *rule;
     e->ctx = ctx;

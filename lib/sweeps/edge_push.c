@@ -450,6 +450,26 @@ static void push_block(pairs *ps, uint32_t hid, size_t len)
     }
 }
 
+/* The arguments' cotangents from the outputs' ybar, and (*args) the
+ * arguments they reach, or NULL: all.  A kind whose reach only a replay
+ * can tell (a checkpointed loop) takes its exact pullback from the
+ * outputs the sweep reached, as the sweep takes a record only once its
+ * cotangent is reached: its plain one would sweep every record of every
+ * step, and the arguments it does not reach would be, with a zero
+ * cotangent that meets their own records' infinite partials. */
+static const double *pullback(const pairs *ps, ad_tape *t, ad_block *b, uint32_t hid,
+                              const double *ybar, const unsigned char **args)
+{
+    *args = NULL;
+    if (!b->kind->vjp_exact)
+        return ad_block_pullback(t, b, ybar);
+    unsigned char *outs = ad_block_flags(t);
+    for (uint32_t o = 0; o < b->nout; o++)
+        outs[o] = (unsigned char)is_reached(ps, hid + 1 + o);
+    *args = outs + b->nout;
+    return ad_block_pullback_reached(t, b, ybar);
+}
+
 static void block(pairs *ps, ad_tape *t, double *adj, uint32_t hid, const ad__record *hdr)
 {
     ad_block *b = ad_block_of(t, hdr);
@@ -470,10 +490,11 @@ static void block(pairs *ps, ad_tape *t, double *adj, uint32_t hid, const ad__re
         ybar[o] = adj[hid + 1 + o];
     if (b->kind->curvature)
         b->kind->curvature(t, b, ybar, one_curvature, ps);
-    const double *xbar = ad_block_pullback(t, b, ybar);
+    const unsigned char *args;
+    const double *xbar = pullback(ps, t, b, hid, ybar, &args);
     for (size_t k = 0; k < (size_t)b->nargs + b->run_len; k++) {
         uint32_t id = ad_block_arg(b, ad_block_ids(b), k);
-        if (id) {
+        if (id && (!args || args[k])) {
             adj[id] += xbar[k];
             reach(ps, id);
         }

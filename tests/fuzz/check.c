@@ -413,7 +413,7 @@ static void drv_hvp(check_ctx *c, double *h0)
 {
     const prog *p = c->p;
     double fx, *g = dalloc(p->n), *hv = dalloc(p->n);
-    ad_status want = c->ext ? AD_ENOTSUP : AD_OK;
+    ad_status want = c->ext_nojvp ? AD_ENOTSUP : AD_OK;  /* an external without hvp */
     c->allow_over = second_over(c, 1);
     if (status(c, "ad_hvp", ad_hvp(fuzz_objective, (void *)c->run, (size_t)p->n, p->x, p->v, &fx, g, hv), want)) {
         values(c, "ad_hvp", &fx, 1);
@@ -434,7 +434,7 @@ static void drv_hessian(check_ctx *c, double *h0)
 {
     const prog *p = c->p;
     double fx, *g = dalloc(p->n), *H = dalloc(p->n * p->n);
-    ad_status want = c->ext ? AD_ENOTSUP : AD_OK;
+    ad_status want = c->ext_nojvp ? AD_ENOTSUP : AD_OK;  /* an external without hvp */
     c->allow_over = second_over(c, 0);
     if (status(c, "ad_hessian", ad_hessian(fuzz_objective, (void *)c->run, (size_t)p->n, p->x, &fx, g, H), want)) {
         values(c, "ad_hessian", &fx, 1);
@@ -461,8 +461,7 @@ static void drv_sparse_hessian(check_ctx *c)
     const prog *p = c->p;
     double fx, *g = dalloc(p->n);
     ad_csr H;
-    /* a loop's block has no edge-pushing rule (docs/api.md) */
-    ad_status want = c->ext || c->loop ? AD_ENOTSUP : AD_OK;
+    ad_status want = c->ext_nojvp ? AD_ENOTSUP : AD_OK;  /* an external without hvp */
     c->allow_over = second_over(c, 0);
     ad_status got = ad_sparse_hessian(fuzz_objective, (void *)c->run, (size_t)p->n, p->x, &fx, g, &H);
     if (status(c, "ad_sparse_hessian", got, want)) {
@@ -967,7 +966,7 @@ static void loop_cross_check(check_ctx *c)
         if (st[l] == AD_OK)
             ad_csr_free(&S[l]);
 
-    if (!c->ext || ext_through_loop(c)) {  /* second order: an external makes both AD_ENOTSUP */
+    if (!c->ext_nojvp || ext_through_loop(c)) {  /* second order: an external without hvp makes both AD_ENOTSUP */
         int over = second_over(c, 1);
         for (int l = 0; l < 2; l++)
             st[l] = ad_hvp(fuzz_objective, (void *)P[l], n, q->x, q->v, &fx[l], g[l], h[l]);
@@ -1048,7 +1047,7 @@ void check_program(const prog *run, report *r)
     drv_hessian(&c, rows[3]);
     drv_sparse_hessian(&c);
     cross_hessians(&c);
-    zero_signs(&c, rows, c.ext ? 2 : 4, s0_has, s0);
+    zero_signs(&c, rows, c.ext_nojvp ? 2 : 4, s0_has, s0);
     if (has_loop)
         loop_cross_check(&c);
     if (fuzz_interp_errors != before)

@@ -9,7 +9,7 @@ struct check_ctx {
     const prog *run;     /* the program the drivers run: p, or the one with loops */
     const unroll_info *ui;  /* run's slots in p, the steps written out (NULL: run is p) */
     int loop;            /* run records a checkpointed loop: its sweeps are not
-                            scaled, ad_sparse_hessian is AD_ENOTSUP */
+                            scaled */
     unsigned char *in_loop;  /* per slot of p: a record of a step's tape (of a recorded
                                 loop), 1 if it reaches the step's next state (and that of
                                 each step around it), 2 if it does not (computed, not

@@ -22,9 +22,9 @@
  *              and the structure unchanged
  *
  * The program is c->p, with its checkpointed loops written out (the
- * oracle's), so that neither call meets a block without a second-order
- * rule; programs whose recording holds an external function are left out
- * (ad_hessian refuses them), and AD_ENOTSUP is a failure. */
+ * oracle's); programs whose recording holds an external function without
+ * an hvp rule are left out (both refuse them), and AD_ENOTSUP is a
+ * failure. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -544,14 +544,14 @@ void cross_hessians(check_ctx *c)
 {
     const prog *p = c->p;
     int n = p->n;
-    if (c->ext)
-        return;  /* ad_hessian refuses a recorded external (AD_ENOTSUP) */
+    if (c->ext_nojvp)
+        return;  /* ad_hessian refuses a recorded external without hvp (AD_ENOTSUP) */
     double fd, fs, *gd = dalloc(n), *gs = dalloc(n), *D = dalloc(n * n);
     ad_csr S;
     ad_status sd = ad_hessian(fuzz_objective, (void *)p, (size_t)n, p->x, &fd, gd, D);
     ad_status ss = ad_sparse_hessian(fuzz_objective, (void *)p, (size_t)n, p->x, &fs, gs, &S);
     c->r->cross[X_PROGRAMS]++;
-    if (sd != ss || sd == AD_ENOTSUP) {  /* c->p has no external and no loop: AD_ENOTSUP is wrong */
+    if (sd != ss || sd == AD_ENOTSUP) {  /* c->p has no external without hvp: AD_ENOTSUP is wrong */
         int over = (sd == AD_OK && ss == AD_EOVERFLOW) || (sd == AD_EOVERFLOW && ss == AD_OK);
         if (over)
             c->r->cross[ss == AD_EOVERFLOW ? X_OVER_SPARSE : X_OVER_DENSE]++;

@@ -10,7 +10,9 @@ int fuzz_interp_errors;  /* an ad_mat_make or ad_external that failed */
 /* ---- the external function: y_j = s x_a x_b + sin(x_c), with
  * a = j mod L, b = (j+1) mod L, c = (j+2) mod L and s = *ctx.  Its rules
  * skip zero seeds, as a careful rule does: an output that the sweep does
- * not reach gets a zero cotangent, and its partial may be infinite. ---- */
+ * not reach gets a zero cotangent, and its partial may be infinite.  The
+ * rule with jvp has hvp too (second order); the one without has
+ * neither. ---- */
 double fuzz_ext_scale = 1.5;
 
 static void ext_idx(size_t j, size_t n, size_t *a, size_t *b, size_t *c)
@@ -59,8 +61,29 @@ static void ext_jvp(void *ctx, size_t n, const double *x, size_t m, const double
     }
 }
 
-const ad_rule fuzz_rule_jvp = {ext_primal, ext_vjp, ext_jvp};
-const ad_rule fuzz_rule_nojvp = {ext_primal, ext_vjp, NULL};
+/* y_j's Hessian: s on (a, b) and (b, a), -sin x_c on (c, c); weighted by
+ * ybar_j along xdot, skipping zero seeds as the other rules do. */
+static void ext_hvp(void *ctx, size_t n, const double *x, size_t m, const double *y,
+                    const double *ybar, const double *xdot, double *out)
+{
+    (void)y;
+    double sc = *(const double *)ctx;
+    for (size_t j = 0; j < m; j++) {
+        size_t a, b, c;
+        if (ybar[j] == 0)
+            continue;
+        ext_idx(j, n, &a, &b, &c);
+        if (xdot[b] != 0)
+            out[a] += ybar[j] * (sc * xdot[b]);
+        if (xdot[a] != 0)
+            out[b] += ybar[j] * (sc * xdot[a]);
+        if (xdot[c] != 0)
+            out[c] += ybar[j] * (-sin(x[c]) * xdot[c]);
+    }
+}
+
+const ad_rule fuzz_rule_jvp = {ext_primal, ext_vjp, ext_jvp, ext_hvp};
+const ad_rule fuzz_rule_nojvp = {ext_primal, ext_vjp, NULL, NULL};
 
 /* ---- nested gradients: the result is a constant of the outer program ---- */
 

@@ -602,9 +602,14 @@ static void ext_edges(lin *L, const insn *in, int j)
     ld s = fuzz_ext_scale;
     ld pa = s * L->val[g[b]], pb = s * L->val[g[a]], pc = cosl((ld)L->val[g[c]]);
     int first = L->ne;
-    edge_add(L, g[a], pa, U1 * EPS * fabsl(pa));
-    edge_add(L, g[b], pb, U1 * EPS * fabsl(pb));
-    edge_add(L, g[c], pc, U1 * EPS * fabsl(pc));
+    int ka = edge_add(L, g[a], pa, U1 * EPS * fabsl(pa));
+    int kb = edge_add(L, g[b], pb, U1 * EPS * fabsl(pb));
+    int kc = edge_add(L, g[c], pc, U1 * EPS * fabsl(pc));
+    /* Second partials (the rule with jvp has hvp): s between x_a and x_b
+     * (both orders; 2s when a = b), -sin x_c on x_c. */
+    ld hc = -sinl((ld)L->val[g[c]]);
+    sec_add(L, ka, kb, s, 0);
+    sec_add(L, kc, kc, hc, U2 * EPS * fabsl(hc));
     /* Its outputs reach every active argument (documented: the sparse
      * structure, and forward sweeps give them an exact zero tangent), though
      * output j's rule reads three of them. */

@@ -141,6 +141,17 @@ void pass_forward(const lin *L, const double *seed, uint32_t seeded, pass *P)
             if (e->zskip && unsure(P->t[k], P->E[k], P->unc[k])) {
                 unknown = 1;  /* a rule skips a zero seed: is it exactly 0? */
                 cnt++;
+                /* The class is unknown, the value is the term's all the
+                 * same (what the rule adds, within p E, whether it skips
+                 * or not): pass_second and cross.c's replays build on it.
+                 * A seed that is 0 here adds nothing, as before. */
+                if (P->t[k] != 0) {
+                    ld c = e->p * P->t[k];
+                    t += c;
+                    M += mag(e->p, P->M[k]);
+                    E += mag(e->p, P->E[k]) + mag(e->err, P->M[k]) + TINY * (1 + P->M[k]);
+                    note(P, L->omask[s], c);
+                }
                 continue;
             }
             ld c = e->p * P->t[k];
@@ -207,6 +218,14 @@ void pass_reverse(const lin *L, const double *w, uint32_t seeded, pass *P)
             if (e->zskip && unsure(P->t[s], P->E[s], P->unc[s])) {
                 unk[k] = 1;  /* a rule skips a zero seed: is it exactly 0? */
                 P->on[k] = 1;
+                if (P->t[s] != 0) {  /* the value the term's all the same, as in pass_forward */
+                    ld c = e->p * P->t[s];
+                    P->t[k] += c;
+                    P->M[k] += mag(e->p, P->M[s]);
+                    P->E[k] += mag(e->p, P->E[s]) + mag(e->err, P->M[s]) + TINY * (1 + P->M[s]);
+                    cnt[k]++;
+                    note(P, L->imask[k], c);
+                }
                 continue;
             }
             ld c = e->p * P->t[s];

@@ -242,9 +242,9 @@ AD_API void ad_csr_free(ad_csr *J);
  *                           jvp, which the second-order sweeps need for
  *                           the outputs' tangents.  Without it, ad_hvp,
  *                           ad_hvps, ad_hessian, ad_hvp_sum and
- *                           ad_sparse_hessian return AD_ENOTSUP.  Per lane
- *                           of a second-order sweep: one hvp and one vjp
- *                           call, a vjp more on the first; per sparse
+ *                           ad_sparse_hessian return AD_ENOTSUP.  Per
+ *                           direction of a second-order sweep: one hvp and
+ *                           one vjp call, a vjp more on the first; per sparse
  *                           Hessian: n hvp and m + 1 vjp calls, and every
  *                           pair of active arguments in the structure)
  * The rules run on plain doubles; they may use dualrev themselves (nested

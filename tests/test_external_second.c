@@ -521,11 +521,14 @@ static void check_form(form *F, const double *z, uint64_t *rng)
     assert_vec(hv, HVw, nz);
     assert_calls(&F->e, 1, 2, 1, 1);
 
-    /* ad_hvps, k = 1, 3, 5: sweeps of one lane, of four and of eight */
+    /* ad_hvps, k = 1, 3, 5: sweeps of one lane, of four and of eight;
+     * one hvp a direction, none for the lanes that carry none */
     static const size_t ks[3] = {1, 3, 5};
     for (int t = 0; t < 3; t++) {
         size_t k = ks[t];
+        reset_calls(&F->e);
         assert_ok(ad_hvps(form_objective, F, nz, z, k, V, &fx, g, HV));
+        assert_int_equal(F->e.hvp_calls, (int)k);
         mat_vecs(Hw, nz, k, V, HVw);
         assert_vec(HV, HVw, k * nz);
         assert_vec(g, gw, nz);

@@ -249,11 +249,11 @@ void ad_block_forward(ad_tape *t, const ad__record *r, uint32_t hid, double *tan
 }
 
 void ad_block_second(ad_tape *t, const ad__record *r, uint32_t hid, const double *tan,
-                     double *adj, double *adjd, size_t L)
+                     double *adj, double *adjd, size_t L, size_t live)
 {
     ad_block *b = ad_block_of(t, r);
     ad_block_enter();
-    for (size_t l = 0; l < L; l++)
+    for (size_t l = 0; l < live; l++)
         b->kind->second(t, b, hid, tan, adj, adjd, L, l, l == 0);
     ad_block_leave();
 }

@@ -114,8 +114,11 @@ AD_HIDDEN void ad_block_reverse(ad_tape *t, const ad__record *r, uint32_t hid, d
                                 size_t L);
 AD_HIDDEN void ad_block_forward(ad_tape *t, const ad__record *r, uint32_t hid, double *tan,
                                 size_t L);
+/* ad_block_second: lanes 0 .. live - 1 of L (live >= 1); the lanes above
+ * carry no direction (zero tangents and seeds) and are left as they are. */
 AD_HIDDEN void ad_block_second(ad_tape *t, const ad__record *r, uint32_t hid,
-                               const double *tan, double *adj, double *adjd, size_t L);
+                               const double *tan, double *adj, double *adjd, size_t L,
+                               size_t live);
 
 /* User rules may use dualrev: the nesting depth goes up around them, so
  * that a nested recording cannot take the tape being swept.  The sweeps'

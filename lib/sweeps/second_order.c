@@ -267,7 +267,7 @@ AD_INLINE void run_second(ad_walk *w, const ad_aux *aux, const double *tan, doub
  * cotangents' tangents of every record are left at 0: those it does not
  * reach never had any. */
 AD_INLINE void sweep_second(ad_tape *t, const double *tan, double *adj, double *adjd, uint32_t top,
-                            const size_t L, const int exact)
+                            const size_t L, size_t live, const int exact)
 {
     unsigned char *const *aux = ad_tape_side(t, &ad_second_mode)->chunks;
     ad_walk w = ad_walk_down_from(t, top);
@@ -300,7 +300,7 @@ AD_INLINE void sweep_second(ad_tape *t, const double *tan, double *adj, double *
             }
         } else {
             if (!exact || block_reached(t, w.hdr, id))
-                ad_block_second(t, w.hdr, id, tan, adj, adjd, L);
+                ad_block_second(t, w.hdr, id, tan, adj, adjd, L, live);
             memset(adjd + (size_t)id * L, 0, ((size_t)w.hdr->a + 1) * L * sizeof *adjd);
         }
     }
@@ -308,17 +308,19 @@ AD_INLINE void sweep_second(ad_tape *t, const double *tan, double *adj, double *
         ad_reach_clear(t, top);
 }
 
+/* live: the lanes that carry a direction, for the blocks' rules. */
 static void second_sweep(ad_tape *t, const double *tan, double *adj, double *adjd, uint32_t top,
-                         size_t L, int exact)
+                         size_t L, size_t live, int exact)
 {
     if (L == 1)
-        exact ? sweep_second(t, tan, adj, adjd, top, 1, 1) : sweep_second(t, tan, adj, adjd, top, 1, 0);
+        exact ? sweep_second(t, tan, adj, adjd, top, 1, 1, 1)
+              : sweep_second(t, tan, adj, adjd, top, 1, 1, 0);
     else if (L == AD_LANES)
-        exact ? sweep_second(t, tan, adj, adjd, top, AD_LANES, 1)
-              : sweep_second(t, tan, adj, adjd, top, AD_LANES, 0);
+        exact ? sweep_second(t, tan, adj, adjd, top, AD_LANES, live, 1)
+              : sweep_second(t, tan, adj, adjd, top, AD_LANES, live, 0);
     else
-        exact ? sweep_second(t, tan, adj, adjd, top, AD_SECOND_LANES, 1)
-              : sweep_second(t, tan, adj, adjd, top, AD_SECOND_LANES, 0);
+        exact ? sweep_second(t, tan, adj, adjd, top, AD_SECOND_LANES, live, 1)
+              : sweep_second(t, tan, adj, adjd, top, AD_SECOND_LANES, live, 0);
 }
 
 /* The tangents' array, zero at the inputs, for the caller to seed: lane l
@@ -341,9 +343,10 @@ typedef struct out_seeds {
 
 /* From the seeded inputs: the tangents, then the second-order sweep,
  * seeded with r's scale, exact or not (seeded.h, "Scaled seeds" and
- * ad_retry).  Leaves the gradient in t->adj; returns the cotangents'
- * tangents, whose lane l at the inputs is H v_l; both times the scale. */
-static const double *along(ad_tape *t, uint32_t top, size_t L, const ad_retry *r,
+ * ad_retry), the first `live` of its L lanes carrying directions.
+ * Leaves the gradient in t->adj; returns the cotangents' tangents, whose
+ * lane l at the inputs is H v_l; both times the scale. */
+static const double *along(ad_tape *t, uint32_t top, size_t L, size_t live, const ad_retry *r,
                            const out_seeds *o)
 {
     scratch *sc = ad_tape_state_if(t, &tenant);
@@ -366,7 +369,7 @@ static const double *along(ad_tape *t, uint32_t top, size_t L, const ad_retry *r
         if (exact && (o->all || w != 0.0 || wd != 0.0))
             ad_reach_mark(t, id);
     }
-    second_sweep(t, tan, t->adj, adjd, top, L, exact);
+    second_sweep(t, tan, t->adj, adjd, top, L, live, exact);
     sc->clean = base + inputs;
     sc->clean_end = 2 * base;
     return adjd;
@@ -418,7 +421,7 @@ static double hvp_pass(ad_tape *t, const ad_retry *r, void *ctx)
     double *tan = seeds(t, n, 1);
     if (n)
         memcpy(tan + 1, c->v, n * sizeof *c->v);
-    const double *adjd = along(t, c->top, 1, r, c->o);
+    const double *adjd = along(t, c->top, 1, 1, r, c->o);
     double sum = ad_results(r, c->grad, 1, t->adj + 1, 1, n);
     return sum + ad_results(r, c->hv, 1, adjd + 1, 1, n);
 }
@@ -438,7 +441,7 @@ static double hessian_pass(ad_tape *t, const ad_retry *r, void *ctx)
         for (size_t i = 0; i < n; i++)
             tan[(i + 1) * L + b] = v[i];
     }
-    const double *adjd = along(t, c->top, L, r, c->o);
+    const double *adjd = along(t, c->top, L, B, r, c->o);
     double sum = ad_results(r, c->grad, 1, t->adj + 1, 1, n);
     for (size_t b = 0; b < B; b++)
         sum += ad_results(r, c->out + (j0 + b) * c->step, c->to, adjd + L + b, L, n);

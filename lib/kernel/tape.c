@@ -245,9 +245,8 @@ static uint64_t key0_of(uint64_t serial)
     return ad__key_of(0, tag ? tag : 1);
 }
 
-/* Puts on the recording's modes, in order. */
-/* The modes' hooks, in order, and a lone mode's own writer (ad_mode.keyed)
- * if it has one. */
+/* Puts on the recording's modes, in order, and a lone mode's own writer
+ * (ad_mode.keyed) if it has one. */
 static ad_status modes_on(ad_tape *t, const ad_mode *const *modes, int nmodes)
 {
     t->non = 0;

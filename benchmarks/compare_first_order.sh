@@ -144,6 +144,59 @@ __attribute__((noinline)) void workload_gmm(gmm_problem *p, gmm_work *w, const d
             exit(1);
 }
 
+/* A kmeans-like objective written as a user writes it: where GCC does
+ * not inline the operations (-O2), a change to their cold path shows. */
+enum { KM_K = 10, KM_D = 8, KM_P = 1000 };
+static double km_x[KM_P][KM_D];
+
+static ad_real kmeans_cost(const ad_real *c, size_t n, void *ctx)
+{
+    ad_real total = ad_const(0.0);
+    (void)n, (void)ctx;
+    for (int i = 0; i < KM_P; i++) {
+        ad_real best = ad_const(1e300);
+        for (int k = 0; k < KM_K; k++) {
+            ad_real dist = ad_const(0.0);
+            for (int j = 0; j < KM_D; j++) {
+                ad_real t = ad_sub(km_x[i][j], c[k * KM_D + j]);
+                dist = ad_add(dist, ad_mul(t, t));
+            }
+            best = ad_fmin(best, dist);
+        }
+        total = ad_add(total, best);
+    }
+    return total;
+}
+
+__attribute__((noinline)) void workload_kmeans(const double *c, double *g, int reps)
+{
+    double fx;
+    for (int i = 0; i < reps; i++)
+        if (ad_gradient(kmeans_cost, NULL, KM_K * KM_D, c, &fx, g) != AD_OK)
+            exit(1);
+}
+
+static int main_kmeans(int reps)
+{
+    double c[KM_K * KM_D], g[KM_K * KM_D];
+    unsigned long s = 1;
+    for (int i = 0; i < KM_P; i++)
+        for (int j = 0; j < KM_D; j++) {
+            s = s * 6364136223846793005UL + 1442695040888963407UL;
+            km_x[i][j] = (double)(s >> 11) / 9007199254740992.0;
+        }
+    for (int i = 0; i < KM_K * KM_D; i++)
+        c[i] = km_x[i / KM_D][i % KM_D];
+    workload_kmeans(c, g, 1);  /* the warm-up */
+    double t0 = now_ns();
+    workload_kmeans(c, g, reps);
+    double ns = (now_ns() - t0) / reps;
+    ad_tape_stats st;
+    ad_tape_stats_get(&st);
+    printf("%zu %.6g\n", st.records, ns);
+    return 0;
+}
+
 static int main_gmm(const char *path, int reps)
 {
     gmm_problem p;
@@ -170,6 +223,8 @@ int main(int argc, char **argv)
 {
     if (argc == 4 && !strcmp(argv[1], "gmm"))
         return main_gmm(argv[2], atoi(argv[3]));
+    if (argc == 3 && !strcmp(argv[1], "kmeans"))
+        return main_kmeans(atoi(argv[2]));
     static const struct { const char *name; bench_prog p; } names[] = {
         {"tbad", PROG_T_BAD}, {"dot", PROG_DOT}, {"smv", PROG_SUM_MAT_VEC},
         {"dot_array", PROG_DOT_ARRAY}, {"smv_array", PROG_SUM_MAT_VEC_ARRAY},
@@ -357,6 +412,21 @@ if [ $do_cg = 1 ]; then
             -v aa="${all[after]}" -v name="gmm d10 K25 natural${o:+ $o}" 'BEGIN { n = 2 * rec
             printf "%-22s %8d | %9.2f %9.2f | %9.2f %9.2f | %9.2f %9.2f\n", name, rec,
                    rb / n, ra / n, (ab - rb) / n, (aa - ra) / n, ab / n, aa / n }'
+    done
+    echo
+    echo "kmeans-like gradient (250 k records), 2 after one warm-up: instructions per record"
+    for o in "" -O2; do
+        declare -A km=()
+        for side in before after; do
+            f=$work/cg.$side$o.kmeans
+            out=$(valgrind --tool=callgrind --toggle-collect=workload_kmeans \
+                --callgrind-out-file="$f" "$work/workload-$side$o" kmeans 2 2>/dev/null)
+            recs=${out%% *}
+            km[$side]=$(sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$f")
+        done
+        awk -v rec="$recs" -v b="${km[before]}" -v a="${km[after]}" -v name="kmeans-like${o:+ $o}" \
+            'BEGIN { n = 2 * rec
+            printf "%-22s %8d | %9.2f %9.2f | after/before %.4f\n", name, rec, b / n, a / n, a / b }'
     done
     echo
     echo "where the instructions go (self cost, t_bad n=1e5 and dot n=1e4):"

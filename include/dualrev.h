@@ -124,6 +124,25 @@ static inline double ad_value(ad_real x)
     return x.v;
 }
 
+/* ---- nested derivatives ----
+ *
+ * A gradient (a Jacobian-vector product) taken inside a function that a
+ * driver is recording, as values of that recording: the driver
+ * differentiates through them (the derivative of a gradient is a Hessian,
+ * and so on, to any depth).  f is recorded one nesting level down, and its
+ * records and its reverse (forward) sweep are made again on the enclosing
+ * recording, one operation at a time.  x (and v) may hold the enclosing
+ * recording's values and constants, never another recording's
+ * (AD_EFOREIGN); f sees its own inputs, and a value of the enclosing
+ * recording that f uses other than through x is AD_EFOREIGN too.  Outside
+ * a recording, or from constants alone, the results are ad_gradient's
+ * (ad_jvp's) numbers as constants.  AD_ENOTSUP, inside a recording, where
+ * f uses an external function, a recorded matrix or a checkpointed loop,
+ * or lgamma or tgamma of an active value.  On error the outputs are NaN
+ * and the enclosing recording fails with the same status. */
+AD_API ad_status ad_gradient_r(ad_objective f, void *ctx, size_t n, const ad_real *x,
+                               ad_real *fx, ad_real *grad);
+
 /* ---- second order ----
  *
  * Forward over reverse: f is recorded once with each operation's second
@@ -161,6 +180,12 @@ typedef void (*ad_function)(const ad_real *x, size_t n, ad_real *y, size_t m, vo
  * f calls an external function without a jvp rule). */
 AD_API ad_status ad_jvp(ad_function f, void *ctx, size_t n, const double *x, const double *v,
                         size_t m, double *y, double *jv);
+
+/* ad_jvp inside a recording: y = f(x) and jv = J v as values of the
+ * enclosing recording, x and v both differentiable (ad_gradient_r, above,
+ * says how and what fails). */
+AD_API ad_status ad_jvp_r(ad_function f, void *ctx, size_t n, const ad_real *x,
+                          const ad_real *v, size_t m, ad_real *y, ad_real *jv);
 
 /* y = f(x) and wj = J^T w: one recording, one reverse sweep. */
 AD_API ad_status ad_vjp(ad_function f, void *ctx, size_t n, const double *x,

@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "check.h"
+#include "program.h"
 #include "recording.h"
 #include "second.h"
 #include "tape.h"
@@ -28,7 +29,7 @@ static ad_status prepare_outputs(ad_tape *t, size_t m)
 }
 
 ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n, const double *x, size_t m,
-                    int second)
+                    unsigned modes_on)
 {
     ad_thread *th = ad_thread_self();
     if (th->depth >= AD_MAX_NESTING)  /* t is then NULL, from ad_thread_tape */
@@ -39,8 +40,10 @@ ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n, const double
     ad_checks *ck = ad_checks_of(th);
     if (ck->flags)
         modes[nmodes++] = &ad_check_mode;
-    if (second)
+    if (modes_on & AD_RECORD_SECOND)
         modes[nmodes++] = &ad_second_mode;
+    else if (modes_on & AD_RECORD_PROGRAM)
+        modes[nmodes++] = &ad_program_mode;
     ad_status s = ad_tape_begin(t, th, n, modes, nmodes);
     if (s == AD_OK) {
         ad_checks_begin(ck, t, th->depth);
@@ -83,8 +86,8 @@ static void as_function(const ad_real *x, size_t n, ad_real *y, size_t m, void *
 }
 
 ad_status ad_record_objective(ad_tape *t, ad_objective f, void *ctx, size_t n, const double *x,
-                              int second)
+                              unsigned modes)
 {
     scalar call = {f, ctx};
-    return ad_record(t, as_function, &call, n, x, 1, second);
+    return ad_record(t, as_function, &call, n, x, 1, modes);
 }

@@ -5,15 +5,19 @@
 
 #include "tape.h"
 
+/* The modes a recording may be made in, besides the checks if they are on:
+ * second order (second.h) or a program (program.h). */
+enum { AD_RECORD_SECOND = 1, AD_RECORD_PROGRAM = 2 };
+
 /* The calling thread's tape for the current nesting depth (NULL when
  * nested too deeply, which ad_record then reports as AD_ENESTING); a
- * recording of f at x on t, outputs in t->outputs[0..m); second: in the
- * second-order mode (second.h), besides the checks if they are on. */
+ * recording of f at x on t, outputs in t->outputs[0..m), in the modes
+ * `modes` (AD_RECORD_*, 0 for none). */
 AD_HIDDEN ad_tape *ad_thread_tape(void);
 AD_HIDDEN ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n,
-                              const double *x, size_t m, int second);
+                              const double *x, size_t m, unsigned modes);
 /* The same for a scalar objective: one output. */
 AD_HIDDEN ad_status ad_record_objective(ad_tape *t, ad_objective f, void *ctx, size_t n,
-                                        const double *x, int second);
+                                        const double *x, unsigned modes);
 
 #endif

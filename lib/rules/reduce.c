@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "block.h"
+#include "program.h"
 #include "second.h"
 #include "tape.h"
 
@@ -40,6 +41,30 @@ static double *scratch(ad_tape *t, size_t n)
     return NULL;
 }
 
+/* In a program (program.h), the values of the record's elements, for a
+ * replay to make its partials again: the slots' arguments' in their
+ * steps, and the constant elements' product in the header's.  The slots
+ * are the active elements in pairs, in order (record(), below). */
+static void program_values(ad_tape *t, uint32_t id, size_t n, const ad_real *x, double consts)
+{
+    ad_tape_step(t, id)->x = consts;
+    uint32_t slot = id - ad_tape_record(t, id)->a;
+    int half = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!x[i].id)
+            continue;
+        ad_step *st = ad_tape_step(t, slot);
+        if (!half) {
+            st->x = x[i].v;
+            st->y = 0.0;
+        } else {
+            st->y = x[i].v;
+            slot++;
+        }
+        half = !half;
+    }
+}
+
 /* One n-ary record of x's active elements with partials w.  In a
  * second-order recording each slot's aux keeps its arguments' values, and
  * the header's the product of the constants', for ad_prod's second
@@ -69,6 +94,8 @@ static uint32_t record(ad_tape *t, size_t n, const ad_real *x, const double *w, 
         s = ad__slots_put(s, x[k].id, w[k], 0, 0.0);
     }
     uint32_t id = ad__slots_end(s, kind, v);
+    if (id && ad_tape_side(t, &ad_program_mode))
+        program_values(t, id, n, x, consts);
     if (!id || !ad_tape_side(t, &ad_second_mode))
         return id;
     /* second_order.c's prod_run keeps two numbers per argument in the work array. */

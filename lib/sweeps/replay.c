@@ -1,0 +1,463 @@
+/* dualrev: a program replayed onto the active recording, with its sweep.
+ *
+ * Nested derivatives (drivers/nested.c): a gradient taken inside a function
+ * being recorded must itself be a function of that recording's values.
+ * The inner function is recorded as a program (program.h), then its records
+ * are made again on the outer recording, each from its operation and its
+ * arguments' outer values, and so is its reverse (or forward) sweep: each
+ * partial is made by operations on those values (partials() below), and
+ * each product and sum of the sweep is an operation too.  The outer
+ * recording then holds the inner gradient as ordinary records, which every
+ * sweep and every mode takes; replayed onto a program, it nests again.
+ * Every value is forced to the one the inner recording computed, so that
+ * the results equal ad_gradient's and ad_jvp's. */
+#include <math.h>
+#include <string.h>
+
+#include "program.h"
+#include "replay.h"
+
+typedef struct replay {
+    const ad_tape *p;
+    uint32_t top;
+    unsigned char *slot;  /* slot[id]: id is a slot of an n-ary record */
+    ad_real *val;         /* val[id]: the value of record (or input) id, replayed */
+    ad_real *d;           /* d[id]: its cotangent or tangent */
+    ad_real *buf;         /* a product's elements and partials */
+    size_t buf_cap;
+} replay;
+
+static int live(ad_real z)
+{
+    return z.id || z.v != 0.0;
+}
+
+static ad_real valued(ad_real p, double w)
+{
+    p.v = w;
+    return p;
+}
+
+/* A record's argument k, whose value it saw was x: k's replayed value,
+ * moved to x (x + c shares x's ID), or the constant x. */
+static ad_real arg(const replay *rp, uint32_t k, double x)
+{
+    return k ? valued(rp->val[k], x) : ad_const(x);
+}
+
+/* 1 / ((1 - a)(1 + a)), as the forward pass takes it. */
+static ad_real one_minus_sq_inv(ad_real a)
+{
+    return ad_div_dr(1.0, ad_mul_rr(ad_sub_dr(1.0, a), ad_add_dr(1.0, a)));
+}
+
+static ad_real gauss(ad_real a, double k)  /* k exp(-a^2) */
+{
+    return ad_mul_dr(k, ad_exp_r(ad_neg_r(ad_mul_rr(a, a))));
+}
+
+/* The partials of the one-argument record of operation op (constant c) at
+ * a, result r. */
+static int partial1(int op, double c, ad_real a, ad_real r, ad_real *pa)
+{
+    switch (op) {
+    case AD__OP_POW_RD: *pa = ad_mul_dr(c, ad_pow_rd(a, c - 1.0)); return c != 0.0 && c != 1.0;
+    case AD__OP_POW_DR: *pa = ad_mul_dr(log(c), r); return c != 0.0;
+    case AD__OP_SQRT: *pa = ad_div_dr(0.5, r); return 1;
+    case AD__OP_CBRT: *pa = ad_div_dr(1.0, ad_mul_dr(3.0, ad_mul_rr(r, r))); return 1;
+    case AD__OP_EXP: *pa = r; return 1;
+    case AD__OP_EXPM1: *pa = ad_exp_r(a); return 1;
+    case AD__OP_LOG: *pa = ad_div_dr(1.0, a); return 1;
+    case AD__OP_LOG1P: *pa = ad_div_dr(1.0, ad_add_dr(1.0, a)); return 1;
+    case AD__OP_LOG2: *pa = ad_div_dr(AD__LOG2E, a); return 1;
+    case AD__OP_LOG10: *pa = ad_div_dr(AD__LOG10E, a); return 1;
+    case AD__OP_SIN: *pa = ad_cos_r(a); return 1;
+    case AD__OP_COS: *pa = ad_neg_r(ad_sin_r(a)); return 1;
+    case AD__OP_TAN: *pa = ad_add_dr(1.0, ad_mul_rr(r, r)); return 1;
+    case AD__OP_ASIN: *pa = ad_sqrt_r(one_minus_sq_inv(a)); return 1;
+    case AD__OP_ACOS: *pa = ad_neg_r(ad_sqrt_r(one_minus_sq_inv(a))); return 1;
+    case AD__OP_ATAN: *pa = ad_div_dr(1.0, ad_add_dr(1.0, ad_mul_rr(a, a))); return 1;
+    case AD__OP_SINH: *pa = ad_cosh_r(a); return 1;
+    case AD__OP_COSH: *pa = ad_sinh_r(a); return 1;
+    case AD__OP_TANH: {
+        ad_real s = ad_div_dr(1.0, ad_cosh_r(a));
+        *pa = ad_mul_rr(s, s);
+        return 1;
+    }
+    case AD__OP_ASINH: *pa = ad_div_dr(1.0, ad_hypot_rd(a, 1.0)); return 1;
+    case AD__OP_ACOSH:
+        *pa = ad_div_dr(1.0, ad_mul_rr(ad_sqrt_r(ad_sub_rd(a, 1.0)), ad_sqrt_r(ad_add_rd(a, 1.0))));
+        return 1;
+    case AD__OP_ATANH: *pa = one_minus_sq_inv(a); return 1;
+    case AD__OP_ERF: *pa = gauss(a, AD__2_SQRTPI); return 1;
+    case AD__OP_ERFC: *pa = gauss(a, -AD__2_SQRTPI); return 1;
+    }
+    return -1;  /* lgamma, tgamma: their derivative, the digamma function, is no operation */
+}
+
+/* The same for an operation of two arguments a and b, one of which may be
+ * its constant c; else partial1's. */
+static int partial2(int op, double c, ad_real a, ad_real b, ad_real r, ad_real *pa, ad_real *pb)
+{
+    switch (op) {
+    case AD__OP_MUL: *pa = b; *pb = a; return 1;
+    case AD__OP_DIV: *pa = ad_div_dr(1.0, b); *pb = ad_neg_r(ad_div_rr(r, b)); return 1;
+    case AD__OP_POW:
+        *pa = ad_mul_rr(b, ad_pow_rr(a, ad_sub_rd(b, 1.0)));
+        *pb = a.v == 0.0 ? ad_const(0.0) : ad_mul_rr(ad_log_r(a), r);  /* convention: 0 at a = 0 */
+        return 1;
+    case AD__OP_ATAN2: {
+        ad_real q = ad_add_rr(ad_mul_rr(a, a), ad_mul_rr(b, b));
+        *pa = ad_div_rr(b, q);
+        *pb = ad_neg_r(ad_div_rr(a, q));
+        return 1;
+    }
+    case AD__OP_HYPOT: *pa = ad_div_rr(a, r); *pb = ad_div_rr(b, r); return 1;
+    }
+    return partial1(op, c, a, r, pa);
+}
+
+/* Record id's partials as values of the active recording, equal to its
+ * own: constants where its operation is linear, or where neither argument
+ * is active (nor the cotangent or tangents they multiply, `needed`: they
+ * would only make zeros).  AD_ENOTSUP where they have no recording. */
+static ad_status partials(const replay *rp, uint32_t id, int needed, ad_real *pa, ad_real *pb)
+{
+    const ad__record *r = ad_tape_record(rp->p, id);
+    const ad_step *st = ad_tape_step(rp->p, id);
+    int op = ad_tape_op(rp->p, id);
+    ad_real a = arg(rp, r->a, st->x), b = arg(rp, r->b, st->y);
+    *pa = ad_const(r->wa);
+    *pb = ad_const(r->wb);
+    if (op < AD__OP_CURVED || !(a.id | b.id) || !needed)
+        return AD_OK;
+    int k = partial2(op, st->y, a, b, rp->val[id], pa, pb);
+    if (k < 0)
+        return AD_ENOTSUP;
+    if (k) {
+        *pa = valued(*pa, r->wa);
+        *pb = valued(*pb, r->wb);
+    } else {
+        *pa = ad_const(r->wa);
+    }
+    return AD_OK;
+}
+
+/* ---- the values ---- */
+
+static int grow(replay *rp, size_t n)
+{
+    return ad_reserve((void **)&rp->buf, &rp->buf_cap, n, sizeof *rp->buf) == AD_OK;
+}
+
+/* The arguments of a product's or log-sum-exp's record, replayed, into
+ * rp->buf: returns how many. */
+static size_t gather(replay *rp, uint32_t id, uint32_t count)
+{
+    size_t k = 0;
+    for (uint32_t q = id - count; q < id; q++) {
+        const ad__record *s = ad_tape_record(rp->p, q);
+        const ad_step *st = ad_tape_step(rp->p, q);
+        rp->buf[k++] = arg(rp, s->a, st->x);
+        if (s->b)
+            rp->buf[k++] = arg(rp, s->b, st->y);
+    }
+    return k;
+}
+
+/* A product again, from its elements and the constants' product; the
+ * others again from their slots, whose partials are the same numbers. */
+static ad_status nary_value(replay *rp, uint32_t id)
+{
+    const ad__record *h = ad_tape_record(rp->p, id);
+    const ad_step *st = ad_tape_step(rp->p, id);
+    uint32_t count = h->a;
+    if ((int)h->wa == AD__NARY_PROD) {
+        if (!grow(rp, 2 * (size_t)count + 1))
+            return AD_ENOMEM;
+        size_t k = gather(rp, id, count);
+        rp->buf[k++] = ad_const(st->x);
+        rp->val[id] = valued(ad_prod_r(k, rp->buf), st->v);
+        return AD_OK;
+    }
+    ad__slots s = ad__slots_begin();
+    for (uint32_t q = id - count; q < id; q++) {
+        const ad__record *r = ad_tape_record(rp->p, q);
+        s = ad__slots_put(s, rp->val[r->a].id, r->wa, rp->val[r->b].id, r->wb);
+    }
+    rp->val[id] = ad__made(st->v, ad__slots_end(s, (int)h->wa, st->v));
+    return AD_OK;
+}
+
+static ad_status values(replay *rp, uint32_t id)
+{
+    const ad__record *r = ad_tape_record(rp->p, id);
+    if (r->b == AD__NARY)
+        return nary_value(rp, id);
+    const ad_step *st = ad_tape_step(rp->p, id);
+    ad_real a = arg(rp, r->a, st->x), b = arg(rp, r->b, st->y);
+    rp->val[id] = ad__rec2(st->v, a, r->wa, b, r->wb, ad_tape_op(rp->p, id));
+    return AD_OK;
+}
+
+/* ---- the sweeps ---- */
+
+/* d[k] += p z, as the reverse sweep adds; nothing for the sink. */
+static void give(replay *rp, uint32_t k, ad_real p, ad_real z)
+{
+    if (k)
+        rp->d[k] = ad_add_rr(rp->d[k], ad_mul_rr(p, z));
+}
+
+/* A product's partials: the constants' product times the other elements',
+ * from prefix and suffix products (as ad_prod's); into buf[k..2k). */
+static void prod_partials(replay *rp, size_t k, double consts)
+{
+    ad_real *x = rp->buf, *w = rp->buf + k, p = ad_const(consts);
+    for (size_t i = 0; i < k; i++) {
+        w[i] = p;
+        p = ad_mul_rr(p, x[i]);
+    }
+    p = ad_const(1.0);
+    for (size_t i = k; i-- > 0;) {
+        w[i] = ad_mul_rr(w[i], p);
+        p = ad_mul_rr(p, x[i]);
+    }
+}
+
+/* The partial of a log-sum-exp r at an element a whose partial is w:
+ * exp(a - r), its exponent's value taken from w as the record took it. */
+static ad_real softmax(ad_real a, ad_real r, double w)
+{
+    return ad_exp_r(valued(ad_sub_rr(a, r), log(w)));
+}
+
+/* Slot q (at ID sid) of an n-ary record of kind `kind` whose result is r:
+ * its partials; w: a product's, from prod_partials, at its slot's first
+ * argument.  Where a slot's partial is an argument's value, the argument
+ * is moved to it (arg()); a log-sum-exp's slots keep their values. */
+static void slot_partials(const replay *rp, int kind, uint32_t sid, ad_real r, const ad_real *w,
+                          ad_real *pa, ad_real *pb)
+{
+    const ad__record *q = ad_tape_record(rp->p, sid);
+    *pa = ad_const(q->wa);
+    *pb = ad_const(q->wb);
+    ad_real a = rp->val[q->a], b = rp->val[q->b];
+    switch (kind) {
+    case AD__NARY_DOT:
+        if (q->b)
+            *pa = b;
+        if (q->a)
+            *pb = a;
+        break;
+    case AD__NARY_SQNORM:
+        *pa = ad_mul_dr(2.0, a);
+        *pb = ad_mul_dr(2.0, b);
+        break;
+    case AD__NARY_LSE: {
+        const ad_step *st = ad_tape_step(rp->p, sid);
+        *pa = softmax(arg(rp, q->a, st->x), r, q->wa);
+        if (q->b)
+            *pb = softmax(arg(rp, q->b, st->y), r, q->wb);
+        break;
+    }
+    case AD__NARY_PROD:
+        *pa = w[0];
+        if (q->b)
+            *pb = w[1];
+        break;
+    }
+    *pa = valued(*pa, q->wa);
+    *pb = valued(*pb, q->wb);
+}
+
+/* The partials of every slot of the n-ary record at id, into buf (two per
+ * slot, from the lowest); constants where they would multiply none but
+ * zeros (needed = 0). */
+static ad_status nary_partials(replay *rp, uint32_t id, int needed, ad_real **out)
+{
+    const ad__record *h = ad_tape_record(rp->p, id);
+    uint32_t count = h->a;
+    int kind = needed ? (int)h->wa : AD__NARY_LINEAR;
+    if (!grow(rp, 4 * (size_t)count + 1))
+        return AD_ENOMEM;
+    ad_real *w = rp->buf + 2 * (size_t)count;
+    size_t k = 0;
+    if (kind == AD__NARY_PROD) {
+        k = gather(rp, id, count);
+        prod_partials(rp, k, ad_tape_step(rp->p, id)->x);
+        /* the partials follow the k elements: lay them out two per slot */
+        memmove(w, rp->buf + k, k * sizeof *w);
+    }
+    ad_real *pw = rp->buf;
+    size_t e = 0;
+    for (uint32_t q = id - count; q < id; q++, pw += 2) {
+        slot_partials(rp, kind, q, rp->val[id], w + e, &pw[0], &pw[1]);
+        e += ad_tape_record(rp->p, q)->b ? 2 : 1;
+    }
+    *out = rp->buf;
+    return AD_OK;
+}
+
+static ad_status reverse(replay *rp, uint32_t id)
+{
+    const ad__record *r = ad_tape_record(rp->p, id);
+    ad_real z = rp->d[id], pa, pb, *w;
+    ad_status s;
+    if (r->b == AD__NARY) {
+        if ((s = nary_partials(rp, id, live(z), &w)) != AD_OK)
+            return s;
+        for (uint32_t k = r->a; k-- > 0;) {  /* the slots downwards, as the sweep */
+            const ad__record *q = ad_tape_record(rp->p, id - r->a + k);
+            give(rp, q->a, w[2 * k], z);
+            give(rp, q->b, w[2 * k + 1], z);
+        }
+        return AD_OK;
+    }
+    if ((s = partials(rp, id, live(z), &pa, &pb)) != AD_OK)
+        return s;
+    give(rp, r->a, pa, z);
+    give(rp, r->b, pb, z);
+    return AD_OK;
+}
+
+/* t = sum p d[k] over an ordinary record's arguments, the sink's left out. */
+static ad_real take(const replay *rp, ad_real t, uint32_t k, ad_real p)
+{
+    return k ? ad_add_rr(t, ad_mul_rr(p, rp->d[k])) : t;
+}
+
+static ad_status forward(replay *rp, uint32_t id)
+{
+    const ad__record *r = ad_tape_record(rp->p, id);
+    ad_real t = ad_const(0.0), pa, pb, *w;
+    ad_status s;
+    if (r->b == AD__NARY) {
+        int needed = 0;
+        for (uint32_t q = id - r->a; q < id; q++)
+            needed |= live(rp->d[ad_tape_record(rp->p, q)->a]) |
+                      live(rp->d[ad_tape_record(rp->p, q)->b]);
+        if ((s = nary_partials(rp, id, needed, &w)) != AD_OK)
+            return s;
+        for (uint32_t k = 0; k < r->a; k++) {
+            const ad__record *q = ad_tape_record(rp->p, id - r->a + k);
+            t = take(rp, take(rp, t, q->a, w[2 * k]), q->b, w[2 * k + 1]);
+        }
+    } else {
+        if ((s = partials(rp, id, live(rp->d[r->a]) | live(rp->d[r->b]), &pa, &pb)) != AD_OK)
+            return s;
+        t = take(rp, take(rp, t, r->a, pa), r->b, pb);
+    }
+    rp->d[id] = t;
+    return AD_OK;
+}
+
+/* ---- the replays ---- */
+
+static void replay_free(replay *rp)
+{
+    ad_free(rp->slot);
+    ad_free(rp->val);
+    ad_free(rp->d);
+    ad_free(rp->buf);
+}
+
+/* Marks the slots of n-ary records; AD_ENOTSUP at a block. */
+static ad_status prepare(replay *rp, size_t n, const ad_real *x)
+{
+    size_t count = (size_t)rp->top + 1;
+    if (count > SIZE_MAX / sizeof(ad_real))
+        return AD_ENOMEM;
+    rp->slot = ad_alloc(count);
+    rp->val = ad_alloc(count * sizeof(ad_real));
+    rp->d = ad_alloc(count * sizeof(ad_real));
+    if (!rp->slot || !rp->val || !rp->d)
+        return AD_ENOMEM;
+    memset(rp->slot, 0, count);
+    for (size_t k = 0; k < count; k++)
+        rp->val[k] = rp->d[k] = ad_const(0.0);
+    for (size_t i = 0; i < n && i < rp->top; i++)
+        rp->val[i + 1] = x[i];
+    for (uint32_t id = rp->top; id >= rp->p->first; id--) {
+        const ad__record *r = ad_tape_record(rp->p, id);
+        if (r->b == AD__BLOCK || r->b == AD__OUT)
+            return AD_ENOTSUP;
+        if (r->b == AD__NARY) {
+            memset(rp->slot + id - r->a, 1, r->a);
+            id -= r->a;
+        }
+    }
+    return AD_OK;
+}
+
+/* The values of records first .. top, and their tangents if `tangents`. */
+static ad_status run_values(replay *rp, int tangents)
+{
+    ad_status s = AD_OK;
+    for (uint32_t id = rp->p->first; id <= rp->top && s == AD_OK; id++)
+        if (!rp->slot[id] && (s = values(rp, id)) == AD_OK && tangents)
+            s = forward(rp, id);
+    return s;
+}
+
+/* What the replay leaves: the active recording's status if it failed on
+ * the way (the records made so far are then not a function of anything). */
+static ad_status ended(ad_tape *outer, ad_status s)
+{
+    return outer->status != AD_OK ? outer->status : s;
+}
+
+/* An output's value, replayed (its value may not be its record's: x + c). */
+static ad_real result(const ad_real *out, const ad_real *of)
+{
+    return out->id ? valued(of[out->id], out->v) : ad_const(out->v);
+}
+
+ad_status ad_replay_gradient(const ad_tape *p, size_t n, const ad_real *x, ad_real *fx,
+                             ad_real *grad)
+{
+    ad_tape *outer = ad_recording();
+    replay rp = {p, ad_outputs_top(p, 1), NULL, NULL, NULL, NULL, 0};
+    ad_status s = outer ? prepare(&rp, n, x) : AD_EINVAL;
+    if (s == AD_OK)
+        s = run_values(&rp, 0);
+    const ad_real *out = &p->outputs[0];
+    if (s == AD_OK && out->id) {
+        rp.d[out->id] = ad_const(1.0);
+        for (uint32_t id = rp.top; id >= p->first && s == AD_OK; id--)
+            if (!rp.slot[id])
+                s = reverse(&rp, id);
+    }
+    if (outer)
+        s = ended(outer, s);
+    if (s == AD_OK) {
+        *fx = result(out, rp.val);
+        for (size_t i = 0; i < n; i++)
+            grad[i] = rp.d[i + 1];
+    }
+    replay_free(&rp);
+    return s;
+}
+
+ad_status ad_replay_jvp(const ad_tape *p, size_t n, const ad_real *x, const ad_real *v, size_t m,
+                        ad_real *y, ad_real *jv)
+{
+    ad_tape *outer = ad_recording();
+    replay rp = {p, ad_outputs_top(p, m), NULL, NULL, NULL, NULL, 0};
+    ad_status s = outer ? prepare(&rp, n, x) : AD_EINVAL;
+    if (s == AD_OK) {
+        for (size_t i = 0; i < n && i < rp.top; i++)
+            rp.d[i + 1] = v[i];
+        s = run_values(&rp, 1);
+    }
+    if (outer)
+        s = ended(outer, s);
+    if (s == AD_OK) {
+        for (size_t j = 0; j < m; j++) {
+            y[j] = result(&p->outputs[j], rp.val);
+            jv[j] = p->outputs[j].id ? rp.d[p->outputs[j].id] : ad_const(0.0);
+        }
+    }
+    replay_free(&rp);
+    return s;
+}

@@ -22,10 +22,10 @@ static size_t ops_bytes(const void *state)
 
 static const ad_tenant ops_tenant = {sizeof(ops), ops_free, ops_bytes, NULL};
 
-int ad_tape_op(const ad_tape *t, uint32_t id)
+const unsigned char *ad_tape_ops(const ad_tape *t)
 {
     const ops *o = ad_tape_state_if(t, &ops_tenant);
-    return o->op[id - t->first];
+    return o ? o->op : NULL;
 }
 
 static uint32_t take(ad_tape *t, int i, uint32_t a, double wa, uint32_t b, double wb, int op,

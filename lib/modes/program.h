@@ -27,7 +27,8 @@ static inline ad_step *ad_tape_step(const ad_tape *t, uint32_t id)
     return sd ? ad_side_entry(t, sd, id) : NULL;
 }
 
-/* The operation (record.h's AD__OP_*) of the record at `id` in a program. */
-AD_HIDDEN int ad_tape_op(const ad_tape *t, uint32_t id);
+/* The operations (record.h's AD__OP_*) of a program's records, one byte
+ * each: the record at `id`'s at [id - t->first]. */
+AD_HIDDEN const unsigned char *ad_tape_ops(const ad_tape *t);
 
 #endif

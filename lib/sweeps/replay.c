@@ -17,14 +17,41 @@
 #include "program.h"
 #include "replay.h"
 
-typedef struct replay {
-    const ad_tape *p;
-    uint32_t top;
+/* The replay's arrays, indexed by the program's IDs: kept with the
+ * program's tape (a tenant), so that a repeated call allocates nothing. */
+typedef struct replay_store {
     unsigned char *slot;  /* slot[id]: id is a slot of an n-ary record */
     ad_real *val;         /* val[id]: the value of record (or input) id, replayed */
     ad_real *d;           /* d[id]: its cotangent or tangent */
+    size_t cap;
     ad_real *buf;         /* a product's elements and partials */
     size_t buf_cap;
+} replay_store;
+
+static void store_free(void *state)
+{
+    replay_store *st = state;
+    ad_free(st->slot);
+    ad_free(st->val);
+    ad_free(st->d);
+    ad_free(st->buf);
+}
+
+static size_t store_bytes(const void *state)
+{
+    const replay_store *st = state;
+    return st->cap * (1 + 2 * sizeof(ad_real)) + st->buf_cap * sizeof(ad_real);
+}
+
+static const ad_tenant store_tenant = {sizeof(replay_store), store_free, store_bytes, NULL};
+
+typedef struct replay {
+    const ad_tape *p;
+    const unsigned char *op;  /* the program's operations, from its first record */
+    uint32_t top;
+    unsigned char *slot;
+    ad_real *val, *d;
+    replay_store *st;
 } replay;
 
 static int live(ad_real z)
@@ -125,7 +152,7 @@ static ad_status partials(const replay *rp, uint32_t id, int needed, ad_real *pa
 {
     const ad__record *r = ad_tape_record(rp->p, id);
     const ad_step *st = ad_tape_step(rp->p, id);
-    int op = ad_tape_op(rp->p, id);
+    int op = rp->op[id - rp->p->first];
     ad_real a = arg(rp, r->a, st->x), b = arg(rp, r->b, st->y);
     *pa = ad_const(r->wa);
     *pb = ad_const(r->wb);
@@ -147,20 +174,20 @@ static ad_status partials(const replay *rp, uint32_t id, int needed, ad_real *pa
 
 static int grow(replay *rp, size_t n)
 {
-    return ad_reserve((void **)&rp->buf, &rp->buf_cap, n, sizeof *rp->buf) == AD_OK;
+    return ad_reserve((void **)&rp->st->buf, &rp->st->buf_cap, n, sizeof(ad_real)) == AD_OK;
 }
 
 /* The arguments of a product's or log-sum-exp's record, replayed, into
- * rp->buf: returns how many. */
+ * rp->st->buf: returns how many. */
 static size_t gather(replay *rp, uint32_t id, uint32_t count)
 {
     size_t k = 0;
     for (uint32_t q = id - count; q < id; q++) {
         const ad__record *s = ad_tape_record(rp->p, q);
         const ad_step *st = ad_tape_step(rp->p, q);
-        rp->buf[k++] = arg(rp, s->a, st->x);
+        rp->st->buf[k++] = arg(rp, s->a, st->x);
         if (s->b)
-            rp->buf[k++] = arg(rp, s->b, st->y);
+            rp->st->buf[k++] = arg(rp, s->b, st->y);
     }
     return k;
 }
@@ -176,8 +203,8 @@ static ad_status nary_value(replay *rp, uint32_t id)
         if (!grow(rp, 2 * (size_t)count + 1))
             return AD_ENOMEM;
         size_t k = gather(rp, id, count);
-        rp->buf[k++] = ad_const(st->x);
-        rp->val[id] = valued(ad_prod_r(k, rp->buf), st->v);
+        rp->st->buf[k++] = ad_const(st->x);
+        rp->val[id] = valued(ad_prod_r(k, rp->st->buf), st->v);
         return AD_OK;
     }
     ad__slots s = ad__slots_begin();
@@ -196,24 +223,37 @@ static ad_status values(replay *rp, uint32_t id)
         return nary_value(rp, id);
     const ad_step *st = ad_tape_step(rp->p, id);
     ad_real a = arg(rp, r->a, st->x), b = arg(rp, r->b, st->y);
-    rp->val[id] = ad__rec2(st->v, a, r->wa, b, r->wb, ad_tape_op(rp->p, id));
+    rp->val[id] = ad__rec2(st->v, a, r->wa, b, r->wb, rp->op[id - rp->p->first]);
     return AD_OK;
 }
 
 /* ---- the sweeps ---- */
 
+/* t + p z, in as few records as it takes: none for a unit partial, one
+ * (an axpy) for another constant one. */
+static ad_real plus_times(ad_real t, ad_real p, ad_real z)
+{
+    if (p.id || !z.id)
+        return ad_add_rr(t, ad_mul_rr(p, z));
+    if (p.v == 1.0)
+        return ad_add_rr(t, z);
+    if (!t.id)
+        return ad_add_rd(ad_mul_dr(p.v, z), t.v);
+    return ad__rec2(p.v * z.v + t.v, z, p.v, t, 1.0, AD__OP_AXPY);
+}
+
 /* d[k] += p z, as the reverse sweep adds; nothing for the sink. */
 static void give(replay *rp, uint32_t k, ad_real p, ad_real z)
 {
     if (k)
-        rp->d[k] = ad_add_rr(rp->d[k], ad_mul_rr(p, z));
+        rp->d[k] = plus_times(rp->d[k], p, z);
 }
 
 /* A product's partials: the constants' product times the other elements',
  * from prefix and suffix products (as ad_prod's); into buf[k..2k). */
 static void prod_partials(replay *rp, size_t k, double consts)
 {
-    ad_real *x = rp->buf, *w = rp->buf + k, p = ad_const(consts);
+    ad_real *x = rp->st->buf, *w = rp->st->buf + k, p = ad_const(consts);
     for (size_t i = 0; i < k; i++) {
         w[i] = p;
         p = ad_mul_rr(p, x[i]);
@@ -281,21 +321,21 @@ static ad_status nary_partials(replay *rp, uint32_t id, int needed, ad_real **ou
     int kind = needed ? (int)h->wa : AD__NARY_LINEAR;
     if (!grow(rp, 4 * (size_t)count + 1))
         return AD_ENOMEM;
-    ad_real *w = rp->buf + 2 * (size_t)count;
+    ad_real *w = rp->st->buf + 2 * (size_t)count;
     size_t k = 0;
     if (kind == AD__NARY_PROD) {
         k = gather(rp, id, count);
         prod_partials(rp, k, ad_tape_step(rp->p, id)->x);
         /* the partials follow the k elements: lay them out two per slot */
-        memmove(w, rp->buf + k, k * sizeof *w);
+        memmove(w, rp->st->buf + k, k * sizeof *w);
     }
-    ad_real *pw = rp->buf;
+    ad_real *pw = rp->st->buf;
     size_t e = 0;
     for (uint32_t q = id - count; q < id; q++, pw += 2) {
         slot_partials(rp, kind, q, rp->val[id], w + e, &pw[0], &pw[1]);
         e += ad_tape_record(rp->p, q)->b ? 2 : 1;
     }
-    *out = rp->buf;
+    *out = rp->st->buf;
     return AD_OK;
 }
 
@@ -324,7 +364,7 @@ static ad_status reverse(replay *rp, uint32_t id)
 /* t = sum p d[k] over an ordinary record's arguments, the sink's left out. */
 static ad_real take(const replay *rp, ad_real t, uint32_t k, ad_real p)
 {
-    return k ? ad_add_rr(t, ad_mul_rr(p, rp->d[k])) : t;
+    return k ? plus_times(t, p, rp->d[k]) : t;
 }
 
 static ad_status forward(replay *rp, uint32_t id)
@@ -354,32 +394,40 @@ static ad_status forward(replay *rp, uint32_t id)
 
 /* ---- the replays ---- */
 
-static void replay_free(replay *rp)
-{
-    ad_free(rp->slot);
-    ad_free(rp->val);
-    ad_free(rp->d);
-    ad_free(rp->buf);
-}
-
-/* Marks the slots of n-ary records; AD_ENOTSUP at a block. */
-static ad_status prepare(replay *rp, size_t n, const ad_real *x)
+/* The arrays for IDs 0 .. top, from p's store; the slots of n-ary records
+ * marked, the inputs' values set, the cotangents (tangents) zero;
+ * AD_ENOTSUP at a block. */
+static ad_status prepare(replay *rp, ad_tape *p, size_t n, const ad_real *x)
 {
     size_t count = (size_t)rp->top + 1;
-    if (count > SIZE_MAX / sizeof(ad_real))
+    replay_store *st = ad_tape_state(p, &store_tenant);
+    if (!st || count > SIZE_MAX / sizeof(ad_real))
         return AD_ENOMEM;
-    rp->slot = ad_alloc(count);
-    rp->val = ad_alloc(count * sizeof(ad_real));
-    rp->d = ad_alloc(count * sizeof(ad_real));
-    if (!rp->slot || !rp->val || !rp->d)
-        return AD_ENOMEM;
+    if (st->cap < count) {
+        store_free(st);
+        *st = (replay_store){0};
+        st->slot = ad_alloc(count);
+        st->val = ad_alloc(count * sizeof(ad_real));
+        st->d = ad_alloc(count * sizeof(ad_real));
+        if (!st->slot || !st->val || !st->d) {
+            store_free(st);
+            *st = (replay_store){0};
+            return AD_ENOMEM;
+        }
+        st->cap = count;
+    }
+    rp->st = st;
+    rp->slot = st->slot;
+    rp->val = st->val;
+    rp->d = st->d;
+    rp->op = ad_tape_ops(p);
     memset(rp->slot, 0, count);
-    for (size_t k = 0; k < count; k++)
-        rp->val[k] = rp->d[k] = ad_const(0.0);
-    for (size_t i = 0; i < n && i < rp->top; i++)
+    memset(rp->d, 0, count * sizeof(ad_real));  /* all constant zeros */
+    rp->val[0] = ad_const(0.0);
+    for (size_t i = 0; i < n; i++)
         rp->val[i + 1] = x[i];
-    for (uint32_t id = rp->top; id >= rp->p->first; id--) {
-        const ad__record *r = ad_tape_record(rp->p, id);
+    for (uint32_t id = rp->top; id >= p->first; id--) {
+        const ad__record *r = ad_tape_record(p, id);
         if (r->b == AD__BLOCK || r->b == AD__OUT)
             return AD_ENOTSUP;
         if (r->b == AD__NARY) {
@@ -413,12 +461,11 @@ static ad_real result(const ad_real *out, const ad_real *of)
     return out->id ? valued(of[out->id], out->v) : ad_const(out->v);
 }
 
-ad_status ad_replay_gradient(const ad_tape *p, size_t n, const ad_real *x, ad_real *fx,
-                             ad_real *grad)
+ad_status ad_replay_gradient(ad_tape *p, size_t n, const ad_real *x, ad_real *fx, ad_real *grad)
 {
     ad_tape *outer = ad_recording();
-    replay rp = {p, ad_outputs_top(p, 1), NULL, NULL, NULL, NULL, 0};
-    ad_status s = outer ? prepare(&rp, n, x) : AD_EINVAL;
+    replay rp = {p, NULL, ad_outputs_top(p, 1), NULL, NULL, NULL, NULL};
+    ad_status s = outer ? prepare(&rp, p, n, x) : AD_EINVAL;
     if (s == AD_OK)
         s = run_values(&rp, 0);
     const ad_real *out = &p->outputs[0];
@@ -435,18 +482,17 @@ ad_status ad_replay_gradient(const ad_tape *p, size_t n, const ad_real *x, ad_re
         for (size_t i = 0; i < n; i++)
             grad[i] = rp.d[i + 1];
     }
-    replay_free(&rp);
     return s;
 }
 
-ad_status ad_replay_jvp(const ad_tape *p, size_t n, const ad_real *x, const ad_real *v, size_t m,
+ad_status ad_replay_jvp(ad_tape *p, size_t n, const ad_real *x, const ad_real *v, size_t m,
                         ad_real *y, ad_real *jv)
 {
     ad_tape *outer = ad_recording();
-    replay rp = {p, ad_outputs_top(p, m), NULL, NULL, NULL, NULL, 0};
-    ad_status s = outer ? prepare(&rp, n, x) : AD_EINVAL;
+    replay rp = {p, NULL, ad_outputs_top(p, m), NULL, NULL, NULL, NULL};
+    ad_status s = outer ? prepare(&rp, p, n, x) : AD_EINVAL;
     if (s == AD_OK) {
-        for (size_t i = 0; i < n && i < rp.top; i++)
+        for (size_t i = 0; i < n; i++)
             rp.d[i + 1] = v[i];
         s = run_values(&rp, 1);
     }
@@ -458,6 +504,5 @@ ad_status ad_replay_jvp(const ad_tape *p, size_t n, const ad_real *x, const ad_r
             jv[j] = p->outputs[j].id ? rp.d[p->outputs[j].id] : ad_const(0.0);
         }
     }
-    replay_free(&rp);
     return s;
 }

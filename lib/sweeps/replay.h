@@ -17,10 +17,11 @@
  * external function, a recorded matrix, a checkpointed loop) or
  * lgamma or tgamma of an active value, whose partials have no recording;
  * AD_ENOMEM; or the active recording's status if it failed.  Outputs are
- * written only on AD_OK. */
-AD_HIDDEN ad_status ad_replay_gradient(const ad_tape *p, size_t n, const ad_real *x,
+ * written only on AD_OK.  The replay's arrays are kept with p for the
+ * next call. */
+AD_HIDDEN ad_status ad_replay_gradient(ad_tape *p, size_t n, const ad_real *x,
                                        ad_real *fx, ad_real *grad);
-AD_HIDDEN ad_status ad_replay_jvp(const ad_tape *p, size_t n, const ad_real *x,
+AD_HIDDEN ad_status ad_replay_jvp(ad_tape *p, size_t n, const ad_real *x,
                                   const ad_real *v, size_t m, ad_real *y, ad_real *jv);
 
 #endif

@@ -48,6 +48,7 @@ static const ad_tenant store_tenant = {sizeof(replay_store), store_free, store_b
 typedef struct replay {
     const ad_tape *p;
     const unsigned char *op;  /* the program's operations, from its first record */
+    const ad_side *steps;     /* its steps (ad_tape_step) */
     uint32_t top;
     unsigned char *slot;
     ad_real *val, *d;
@@ -57,6 +58,11 @@ typedef struct replay {
 static int live(ad_real z)
 {
     return z.id || z.v != 0.0;
+}
+
+static const ad_step *step_of(const replay *rp, uint32_t id)
+{
+    return ad_side_entry(rp->p, rp->steps, id);
 }
 
 static ad_real valued(ad_real p, double w)
@@ -151,13 +157,13 @@ static int partial2(int op, double c, ad_real a, ad_real b, ad_real r, ad_real *
 static ad_status partials(const replay *rp, uint32_t id, int needed, ad_real *pa, ad_real *pb)
 {
     const ad__record *r = ad_tape_record(rp->p, id);
-    const ad_step *st = ad_tape_step(rp->p, id);
     int op = rp->op[id - rp->p->first];
-    ad_real a = arg(rp, r->a, st->x), b = arg(rp, r->b, st->y);
     *pa = ad_const(r->wa);
     *pb = ad_const(r->wb);
-    if (op < AD__OP_CURVED || !(a.id | b.id) || !needed)
+    if (op < AD__OP_CURVED || !needed || !(rp->val[r->a].id | rp->val[r->b].id))
         return AD_OK;
+    const ad_step *st = step_of(rp, id);
+    ad_real a = arg(rp, r->a, st->x), b = arg(rp, r->b, st->y);
     int k = partial2(op, st->y, a, b, rp->val[id], pa, pb);
     if (k < 0)
         return AD_ENOTSUP;
@@ -184,7 +190,7 @@ static size_t gather(replay *rp, uint32_t id, uint32_t count)
     size_t k = 0;
     for (uint32_t q = id - count; q < id; q++) {
         const ad__record *s = ad_tape_record(rp->p, q);
-        const ad_step *st = ad_tape_step(rp->p, q);
+        const ad_step *st = step_of(rp, q);
         rp->st->buf[k++] = arg(rp, s->a, st->x);
         if (s->b)
             rp->st->buf[k++] = arg(rp, s->b, st->y);
@@ -197,7 +203,7 @@ static size_t gather(replay *rp, uint32_t id, uint32_t count)
 static ad_status nary_value(replay *rp, uint32_t id)
 {
     const ad__record *h = ad_tape_record(rp->p, id);
-    const ad_step *st = ad_tape_step(rp->p, id);
+    const ad_step *st = step_of(rp, id);
     uint32_t count = h->a;
     if ((int)h->wa == AD__NARY_PROD) {
         if (!grow(rp, 2 * (size_t)count + 1))
@@ -221,7 +227,7 @@ static ad_status values(replay *rp, uint32_t id)
     const ad__record *r = ad_tape_record(rp->p, id);
     if (r->b == AD__NARY)
         return nary_value(rp, id);
-    const ad_step *st = ad_tape_step(rp->p, id);
+    const ad_step *st = step_of(rp, id);
     ad_real a = arg(rp, r->a, st->x), b = arg(rp, r->b, st->y);
     rp->val[id] = ad__rec2(st->v, a, r->wa, b, r->wb, rp->op[id - rp->p->first]);
     return AD_OK;
@@ -295,7 +301,7 @@ static void slot_partials(const replay *rp, int kind, uint32_t sid, ad_real r, c
         *pb = ad_mul_dr(2.0, b);
         break;
     case AD__NARY_LSE: {
-        const ad_step *st = ad_tape_step(rp->p, sid);
+        const ad_step *st = step_of(rp, sid);
         *pa = softmax(arg(rp, q->a, st->x), r, q->wa);
         if (q->b)
             *pb = softmax(arg(rp, q->b, st->y), r, q->wb);
@@ -325,7 +331,7 @@ static ad_status nary_partials(replay *rp, uint32_t id, int needed, ad_real **ou
     size_t k = 0;
     if (kind == AD__NARY_PROD) {
         k = gather(rp, id, count);
-        prod_partials(rp, k, ad_tape_step(rp->p, id)->x);
+        prod_partials(rp, k, step_of(rp, id)->x);
         /* the partials follow the k elements: lay them out two per slot */
         memmove(w, rp->st->buf + k, k * sizeof *w);
     }
@@ -421,6 +427,7 @@ static ad_status prepare(replay *rp, ad_tape *p, size_t n, const ad_real *x)
     rp->val = st->val;
     rp->d = st->d;
     rp->op = ad_tape_ops(p);
+    rp->steps = ad_tape_side(p, &ad_program_mode);
     memset(rp->slot, 0, count);
     memset(rp->d, 0, count * sizeof(ad_real));  /* all constant zeros */
     rp->val[0] = ad_const(0.0);
@@ -464,7 +471,7 @@ static ad_real result(const ad_real *out, const ad_real *of)
 ad_status ad_replay_gradient(ad_tape *p, size_t n, const ad_real *x, ad_real *fx, ad_real *grad)
 {
     ad_tape *outer = ad_recording();
-    replay rp = {p, NULL, ad_outputs_top(p, 1), NULL, NULL, NULL, NULL};
+    replay rp = {p, NULL, NULL, ad_outputs_top(p, 1), NULL, NULL, NULL, NULL};
     ad_status s = outer ? prepare(&rp, p, n, x) : AD_EINVAL;
     if (s == AD_OK)
         s = run_values(&rp, 0);
@@ -489,7 +496,7 @@ ad_status ad_replay_jvp(ad_tape *p, size_t n, const ad_real *x, const ad_real *v
                         ad_real *y, ad_real *jv)
 {
     ad_tape *outer = ad_recording();
-    replay rp = {p, NULL, ad_outputs_top(p, m), NULL, NULL, NULL, NULL};
+    replay rp = {p, NULL, NULL, ad_outputs_top(p, m), NULL, NULL, NULL, NULL};
     ad_status s = outer ? prepare(&rp, p, n, x) : AD_EINVAL;
     if (s == AD_OK) {
         for (size_t i = 0; i < n; i++)

@@ -22,25 +22,35 @@ static ad_status fail(ad_status s, ad_real *a, size_t na, ad_real *b, size_t nb)
     return ad_fail_recording(s);
 }
 
-/* Room for k doubles (at least one), or NULL. */
-static double *doubles(size_t k)
+/* The numbers a call works on: on the stack for small functions, which
+ * then allocate nothing (optimisers call these very often on few inputs). */
+#define SMALL 64
+
+typedef struct room {
+    double *p;
+    double small[SMALL];
+} room;
+
+/* Room for a + b doubles, or NULL. */
+static double *room_get(room *r, size_t a, size_t b)
 {
-    return k <= SIZE_MAX / sizeof(double) ? ad_alloc((k ? k : 1) * sizeof(double)) : NULL;
+    if (a > SIZE_MAX / sizeof(double) / 2 || b > SIZE_MAX / sizeof(double) / 2)
+        return r->p = NULL;
+    size_t k = a + b;
+    r->p = k <= SMALL ? r->small : ad_alloc(k * sizeof(double));
+    return r->p;
 }
 
-/* The values of x and then v (n each, v may be NULL) in one array. */
-static double *values_of(size_t n, const ad_real *x, const ad_real *v)
+static void room_free(room *r)
 {
-    size_t k = v ? 2 * n : n;
-    if (v && n > SIZE_MAX / 2)
-        return NULL;
-    double *d = doubles(k);
-    for (size_t i = 0; d && i < n; i++) {
+    if (r->p != r->small)
+        ad_free(r->p);
+}
+
+static void values(size_t n, const ad_real *x, double *d)
+{
+    for (size_t i = 0; i < n; i++)
         d[i] = x[i].v;
-        if (v)
-            d[n + i] = v[i].v;
-    }
-    return d;
 }
 
 static void constants(size_t n, const double *d, ad_real *out)
@@ -66,26 +76,28 @@ ad_status ad_gradient_r(ad_objective f, void *ctx, size_t n, const ad_real *x, a
     if (!f || !fx || (n && (!x || !grad)))
         return fail(AD_EINVAL, fx, fx ? 1 : 0, grad, grad ? n : 0);
     ad_status s = AD_OK;
-    ad_tape *outer = ad_recording();
-    int nested = any_mine(outer, n, x, NULL, &s);
-    double *d = s == AD_OK ? values_of(n, x, NULL) : NULL;
+    int nested = any_mine(ad_recording(), n, x, NULL, &s);
+    room r;
+    double *d = s == AD_OK ? room_get(&r, n, nested ? 0 : n + 1) : NULL;
     if (s == AD_OK && !d)
-        s = AD_ENOMEM;
-    if (s == AD_OK && nested) {
-        ad_tape *t = ad_thread_tape();
-        s = ad_record_objective(t, f, ctx, n, d, AD_RECORD_PROGRAM);
-        if (s == AD_OK)
-            s = ad_replay_gradient(t, n, x, fx, grad);
-    } else if (s == AD_OK) {
-        double v, *g = doubles(n);
-        s = g ? ad_gradient(f, ctx, n, d, &v, g) : AD_ENOMEM;
-        if (s == AD_OK) {
-            *fx = ad_const(v);
-            constants(n, g, grad);
+        return fail(AD_ENOMEM, fx, 1, grad, n);
+    if (s == AD_OK) {
+        values(n, x, d);
+        if (nested) {
+            ad_tape *t = ad_thread_tape();
+            s = ad_record_objective(t, f, ctx, n, d, AD_RECORD_PROGRAM);
+            if (s == AD_OK)
+                s = ad_replay_gradient(t, n, x, fx, grad);
+        } else {
+            double *g = d + n;
+            s = ad_gradient(f, ctx, n, d, g + n, g);
+            if (s == AD_OK) {
+                *fx = ad_const(g[n]);
+                constants(n, g, grad);
+            }
         }
-        ad_free(g);
+        room_free(&r);
     }
-    ad_free(d);
     return s == AD_OK ? AD_OK : fail(s, fx, 1, grad, n);
 }
 
@@ -95,25 +107,29 @@ ad_status ad_jvp_r(ad_function f, void *ctx, size_t n, const ad_real *x, const a
     if (!f || (n && (!x || !v)) || (m && (!y || !jv)))
         return fail(AD_EINVAL, y, y ? m : 0, jv, jv ? m : 0);
     ad_status s = AD_OK;
-    ad_tape *outer = ad_recording();
-    int nested = any_mine(outer, n, x, v, &s);
-    double *d = s == AD_OK ? values_of(n, x, v) : NULL;
+    int nested = any_mine(ad_recording(), n, x, v, &s);
+    room r;
+    double *d = s == AD_OK && n <= SIZE_MAX / 2 && m <= SIZE_MAX / 2
+                    ? room_get(&r, 2 * n, nested ? 0 : 2 * m) : NULL;
     if (s == AD_OK && !d)
-        s = AD_ENOMEM;
-    if (s == AD_OK && nested) {
-        ad_tape *t = ad_thread_tape();
-        s = ad_record(t, f, ctx, n, d, m, AD_RECORD_PROGRAM);
-        if (s == AD_OK)
-            s = ad_replay_jvp(t, n, x, v, m, y, jv);
-    } else if (s == AD_OK) {
-        double *r = m <= SIZE_MAX / 2 ? doubles(2 * m) : NULL;
-        s = r ? ad_jvp(f, ctx, n, d, d + n, m, r, r + m) : AD_ENOMEM;
-        if (s == AD_OK) {
-            constants(m, r, y);
-            constants(m, r + m, jv);
+        return fail(AD_ENOMEM, y, m, jv, m);
+    if (s == AD_OK) {
+        values(n, x, d);
+        values(n, v, d + n);
+        if (nested) {
+            ad_tape *t = ad_thread_tape();
+            s = ad_record(t, f, ctx, n, d, m, AD_RECORD_PROGRAM);
+            if (s == AD_OK)
+                s = ad_replay_jvp(t, n, x, v, m, y, jv);
+        } else {
+            double *o = d + 2 * n;
+            s = ad_jvp(f, ctx, n, d, d + n, m, o, o + m);
+            if (s == AD_OK) {
+                constants(m, o, y);
+                constants(m, o + m, jv);
+            }
         }
-        ad_free(r);
+        room_free(&r);
     }
-    ad_free(d);
     return s == AD_OK ? AD_OK : fail(s, y, m, jv, m);
 }

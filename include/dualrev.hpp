@@ -257,6 +257,56 @@ private:
     std::size_t n_ = 0;
 };
 
+// The same two for arrays of ad::real, for the drivers' ad::real forms
+// (ad::gradient, ad::jvp: nested derivatives): made implicitly from anything
+// with std::data() and std::size() giving ad::reals, or from a pointer and a
+// size.  real_array_view has no default constructor, so that {} as a
+// driver's argument stays the empty array_view of doubles.
+class real_array_view {
+public:
+    constexpr real_array_view(const real *p, std::size_t count) noexcept : p_(p), n_(count) {}
+    template <class C,
+              class = std::enable_if_t<!std::is_same_v<detail::remove_cvref_t<C>, real_array_view> &&
+                                       detail::has_data_of<const C, const real *>::value>>
+    real_array_view(const C &c) noexcept : p_(std::data(c)), n_(detail::size_of(c))
+    {
+    }
+
+    constexpr const real *data() const noexcept { return p_; }
+    constexpr std::size_t size() const noexcept { return n_; }
+    constexpr bool empty() const noexcept { return n_ == 0; }
+    constexpr const real &operator[](std::size_t i) const noexcept { return p_[i]; }
+    constexpr const real *begin() const noexcept { return p_; }
+    constexpr const real *end() const noexcept { return p_ + n_; }
+
+private:
+    const real *p_;
+    std::size_t n_;
+};
+
+class real_array_ref {
+public:
+    constexpr real_array_ref() noexcept = default;
+    constexpr real_array_ref(real *p, std::size_t count) noexcept : p_(p), n_(count) {}
+    template <class C,
+              class = std::enable_if_t<!std::is_same_v<detail::remove_cvref_t<C>, real_array_ref> &&
+                                       detail::has_data_of<std::remove_reference_t<C>, real *>::value>>
+    real_array_ref(C &&c) noexcept : p_(std::data(c)), n_(detail::size_of(c))
+    {
+    }
+
+    constexpr real *data() const noexcept { return p_; }
+    constexpr std::size_t size() const noexcept { return n_; }
+    constexpr bool empty() const noexcept { return n_ == 0; }
+    constexpr real &operator[](std::size_t i) const noexcept { return p_[i]; }
+    constexpr real *begin() const noexcept { return p_; }
+    constexpr real *end() const noexcept { return p_ + n_; }
+
+private:
+    real *p_ = nullptr;
+    std::size_t n_ = 0;
+};
+
 // ---- array primitives (dualrev/nary.h): one record per result ----
 
 inline real sum(std::size_t n, const real *x) noexcept { return ad_sum_r(n, x); }
@@ -401,6 +451,11 @@ inline void fill_nan(array_ref a) noexcept
     for (double &v : a)
         v = std::numeric_limits<double>::quiet_NaN();
 }
+inline void fill_nan(real_array_ref a) noexcept
+{
+    for (real &v : a)
+        v = nan_real();
+}
 
 // A size the caller got wrong: the outputs are NaN, as after any error.
 [[noreturn]] inline void bad_size(const char *what, std::size_t got, std::size_t want)
@@ -409,12 +464,14 @@ inline void fill_nan(array_ref a) noexcept
                                " elements, expected " + std::to_string(want));
 }
 
-inline void check_size(const char *what, std::size_t got, std::size_t want,
-                       std::initializer_list<array_ref> outputs)
+// Ref: array_ref, or real_array_ref for the ad::real forms ({} is array_ref).
+template <class Ref = array_ref>
+void check_size(const char *what, std::size_t got, std::size_t want,
+                std::initializer_list<Ref> outputs)
 {
     if (got == want)
         return;
-    for (array_ref o : outputs)
+    for (Ref o : outputs)
         fill_nan(o);
     bad_size(what, got, want);
 }
@@ -553,11 +610,11 @@ struct function_call {
 // The callable's own exception first: it is why the recording failed, if
 // it did.  The C driver has finished by then, on NaN results: the outputs
 // are made NaN, as the C API leaves them on an error.
-inline void finish(ad_status s, const std::exception_ptr &thrown,
-                   std::initializer_list<array_ref> outputs)
+template <class Ref = array_ref>
+void finish(ad_status s, const std::exception_ptr &thrown, std::initializer_list<Ref> outputs)
 {
     if (thrown) {
-        for (array_ref o : outputs)
+        for (Ref o : outputs)
             fill_nan(o);
         std::rethrow_exception(thrown);
     }
@@ -631,6 +688,41 @@ template <class F>
 gradient_result gradient(F &&f, array_view x)
 {
     gradient_result r{0.0, std::vector<double>(x.size())};
+    r.value = ad::gradient(std::forward<F>(f), x, r.grad);
+    return r;
+}
+
+// The ad::real forms: ad_gradient_r.  Inside a recording (in an objective
+// or function that a driver is running) the value and the gradient are
+// values of that recording, which differentiates through them: nested
+// derivatives, to any depth.  Outside one, or from constants alone,
+// ad_gradient's numbers as constants.  f is the same callable as above,
+// and x must enter it as its argument: a value of the enclosing recording
+// that f captures is AD_EFOREIGN.  A status of the C library also fails
+// the enclosing recording (its driver reports it even if this exception is
+// caught); the size checks and f's own exceptions do not.
+struct real_gradient_result {
+    real value;
+    std::vector<real> grad;  // n
+};
+
+template <class F>
+real gradient(F &&f, real_array_view x, real_array_ref grad)
+{
+    AD__HPP_OBJECTIVE(F);
+    detail::check_size("grad", grad.size(), x.size(), {grad});
+    detail::check_callable(f);
+    detail::objective_call<std::remove_reference_t<F>> call{&f, nullptr};
+    real fx{};
+    ad_status s = ad_gradient_r(&call.run, &call, x.size(), x.data(), &fx, grad.data());
+    detail::finish(s, call.thrown, {grad});
+    return fx;
+}
+
+template <class F>
+real_gradient_result gradient(F &&f, real_array_view x)
+{
+    real_gradient_result r{real{}, std::vector<real>(x.size())};
     r.value = ad::gradient(std::forward<F>(f), x, r.grad);
     return r;
 }
@@ -746,6 +838,34 @@ template <class F>
 jvp_result jvp(F &&f, array_view x, array_view v, std::size_t m)
 {
     jvp_result r{std::vector<double>(m), std::vector<double>(m)};
+    ad::jvp(std::forward<F>(f), x, v, r.value, r.jv);
+    return r;
+}
+
+// The ad::real forms: ad_jvp_r, as ad::gradient's above; x and v may both
+// hold values of the enclosing recording (J v is differentiated in both).
+struct real_jvp_result {
+    std::vector<real> value;  // m
+    std::vector<real> jv;     // m: J v
+};
+
+template <class F>
+void jvp(F &&f, real_array_view x, real_array_view v, real_array_ref y, real_array_ref jv)
+{
+    AD__HPP_FUNCTION(F);
+    detail::check_size("jv", jv.size(), y.size(), {y, jv});
+    detail::check_size("v", v.size(), x.size(), {y, jv});
+    detail::check_callable(f);
+    detail::function_call<std::remove_reference_t<F>> call{&f, nullptr};
+    ad_status s = ad_jvp_r(&call.run, &call, x.size(), x.data(), v.data(), y.size(), y.data(),
+                           jv.data());
+    detail::finish(s, call.thrown, {y, jv});
+}
+
+template <class F>
+real_jvp_result jvp(F &&f, real_array_view x, real_array_view v, std::size_t m)
+{
+    real_jvp_result r{std::vector<real>(m), std::vector<real>(m)};
     ad::jvp(std::forward<F>(f), x, v, r.value, r.jv);
     return r;
 }

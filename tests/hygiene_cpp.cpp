@@ -80,4 +80,28 @@ double use_drivers(std::ostream &os)
     return s;
 }
 
+// The ad::real forms of gradient and jvp (nested derivatives), beside the
+// double ones they must not be ambiguous with.
+double use_nested()
+{
+    std::vector<double> x = {1.0, 2.0};
+    auto f = [](const ad::real *p, std::size_t n) { return p[0] * p[n - 1]; };
+    auto fv = [](const std::vector<ad::real> &p) { return p[0] * p[1]; };
+    auto vf = [](const std::vector<ad::real> &p) { return std::array<ad::real, 1>{p[0] * p[1]}; };
+    auto outer = [&](const ad::real *p, std::size_t n) {
+        std::vector<ad::real> v(p, p + n), g(n), y(2), jv(2);
+        ad::real s = ad::gradient(f, v).value + ad::gradient(fv, v).grad[1];
+        s += ad::gradient(f, ad::real_array_view(p, n), g) + g[0];
+        std::array<ad::real, 2> a = {p[0], p[1]};
+        s += ad::gradient(fv, a).grad[0];
+        ad::jvp(function, v, v, y, jv);
+        s += jv[1] + ad::jvp(vf, a, v, 1).jv[0] + ad::jvp(function, v, a, 2).value[1];
+        ad::real_array_ref r(jv);
+        ad::real_array_view w(r);
+        return s + w[0] + *r.begin();
+    };
+    auto e = ad::gradient(f, {});
+    return ad::gradient(outer, x).grad[0] + static_cast<double>(e.grad.size());
+}
+
 }  // namespace hygiene

@@ -20,6 +20,8 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 extern "C" {
@@ -1282,6 +1284,536 @@ void test_user_exception(void **state)
     assert_library_ok();
 }
 
+// ---- nested derivatives: ad::gradient and ad::jvp over ad::real ----
+
+// Which overload a call picks, braced lists included (in decltype: not
+// called).  {} stays the empty array of doubles; a braced list of numbers
+// makes no view of either kind (as before); a braced pointer and size picks
+// by the pointer's type.
+struct nested_obj_t {
+    real operator()(const real *v, std::size_t) const { return v[0]; }
+};
+struct nested_fn_t {
+    void operator()(const real *x, std::size_t, real *y, std::size_t) const { y[0] = x[0]; }
+};
+template <class T>
+T &lvalue();  // only in decltype
+
+template <class... A>
+using gradient_t = decltype(ad::gradient(lvalue<nested_obj_t>(), lvalue<A>()...));
+template <class... A>
+using jvp_t = decltype(ad::jvp(lvalue<nested_fn_t>(), lvalue<A>()...));
+using dvec = std::vector<double>;
+using rvec = std::vector<real>;
+static_assert(std::is_same_v<gradient_t<dvec>, ad::gradient_result>);
+static_assert(std::is_same_v<gradient_t<rvec>, ad::real_gradient_result>);
+static_assert(std::is_same_v<gradient_t<const std::array<real, 2>>, ad::real_gradient_result>);
+static_assert(std::is_same_v<gradient_t<dvec, dvec>, double>);
+static_assert(std::is_same_v<gradient_t<rvec, rvec>, real>);
+static_assert(std::is_same_v<jvp_t<dvec, dvec, std::size_t>, ad::jvp_result>);
+static_assert(std::is_same_v<jvp_t<rvec, rvec, std::size_t>, ad::real_jvp_result>);
+static_assert(std::is_same_v<jvp_t<rvec, rvec, rvec, rvec>, void>);
+static_assert(std::is_same_v<decltype(ad::gradient(lvalue<nested_obj_t>(), {})), ad::gradient_result>);
+static_assert(std::is_same_v<decltype(ad::jvp(lvalue<nested_fn_t>(), {}, {}, 0u)), ad::jvp_result>);
+static_assert(std::is_same_v<decltype(ad::gradient(lvalue<nested_obj_t>(), {lvalue<const real *>(), 1u})),
+                             ad::real_gradient_result>);
+static_assert(std::is_same_v<decltype(ad::gradient(lvalue<nested_obj_t>(), {lvalue<const double *>(), 1u})),
+                             ad::gradient_result>);
+
+// Calls that pick no overload: a braced list of numbers or of ad::reals
+// (no view is made from one), ad::real x with double outputs, ad::real x
+// with a double v.
+template <class F, class = void>
+struct gradient_of_numbers : std::false_type {};
+template <class F>
+struct gradient_of_numbers<F, std::void_t<decltype(ad::gradient(lvalue<F>(), {1.0, 2.0}))>>
+    : std::true_type {};
+template <class F, class = void>
+struct gradient_of_reals : std::false_type {};
+template <class F>
+struct gradient_of_reals<F, std::void_t<decltype(ad::gradient(lvalue<F>(), {lvalue<real>(), lvalue<real>()}))>>
+    : std::true_type {};
+template <class Void, class... A>
+struct gradient_takes : std::false_type {};
+template <class... A>
+struct gradient_takes<std::void_t<gradient_t<A...>>, A...> : std::true_type {};
+template <class Void, class... A>
+struct jvp_takes : std::false_type {};
+template <class... A>
+struct jvp_takes<std::void_t<jvp_t<A...>>, A...> : std::true_type {};
+static_assert(!gradient_of_numbers<nested_obj_t>::value && !gradient_of_reals<nested_obj_t>::value);
+static_assert(gradient_takes<void, rvec, rvec>::value && !gradient_takes<void, rvec, dvec>::value &&
+              !gradient_takes<void, dvec, rvec>::value);
+static_assert(jvp_takes<void, rvec, rvec, std::size_t>::value &&
+              !jvp_takes<void, rvec, dvec, std::size_t>::value &&
+              !jvp_takes<void, dvec, rvec, std::size_t>::value &&
+              !jvp_takes<void, rvec, rvec, dvec, dvec>::value);
+
+void check_close(double got, double want, double rel, const char *what, const char *file, int line)
+{
+    if (std::fabs(got - want) <= rel * std::fmax(1.0, std::fabs(want)))
+        return;
+    print_error("%s: %.17g, expected %.17g\n", what, got, want);
+    _fail(file, line);
+}
+
+#define assert_close(got, want, what) check_close((got), (want), 1e-13, (what), __FILE__, __LINE__)
+
+std::vector<real> constants_of(const std::vector<double> &x)
+{
+    std::vector<real> r;
+    for (double e : x)
+        r.push_back(ad::constant(e));
+    return r;
+}
+
+// An objective of user::vector_fn's four inputs.
+real vector_fn_sum(const real *x, std::size_t n)
+{
+    real y[3];
+    user::vector_fn(x, n, y, 3);
+    return y[0] * y[1] + y[2];
+}
+
+// Outside a recording, and inside one from constants alone: ad::gradient's
+// and ad::jvp's numbers, to the bit, as constants; every form.
+void test_nested_as_constants(void **state)
+{
+    (void)state;
+    std::uint64_t rng = 0x5eed0c0c;
+    const std::size_t n = 4, m = 3;
+    std::vector<double> x = some_x(rng, n), v = {1.0, -0.5, 0.25, 2.0};
+    std::vector<real> xr = constants_of(x), vr = constants_of(v);
+    ad::gradient_result want = ad::gradient(vector_fn_sum, x);
+    ad::jvp_result wantj = ad::jvp(user::vector_fn, x, v, m);
+    auto check_gradient = [&](const real &value, const real *grad) {
+        assert_true(value.id == 0);
+        assert_bits(ad::value(value), want.value, "value", "ad::real gradient", x[0], x[1]);
+        for (std::size_t i = 0; i < n; i++) {
+            assert_true(grad[i].id == 0);
+            assert_bits(ad::value(grad[i]), want.grad[i], "gradient", "ad::real gradient", x[0], x[1]);
+        }
+    };
+    auto check_jvp = [&](const real *y, const real *jv) {
+        for (std::size_t j = 0; j < m; j++) {
+            assert_true(y[j].id == 0 && jv[j].id == 0);
+            assert_bits(ad::value(y[j]), wantj.value[j], "y", "ad::real jvp", x[0], x[1]);
+            assert_bits(ad::value(jv[j]), wantj.jv[j], "jv", "ad::real jvp", x[0], x[1]);
+        }
+    };
+    // outside a recording: each form, each kind of callable
+    ad::real_gradient_result r = ad::gradient(vector_fn_sum, xr);
+    check_gradient(r.value, r.grad.data());
+    std::array<real, 4> ga{};
+    check_gradient(ad::gradient(vector_fn_sum, xr, ga), ga.data());
+    real gp[4];
+    check_gradient(ad::gradient([](const std::vector<real> &u) { return vector_fn_sum(u.data(), u.size()); },
+                                ad::real_array_view(xr.data(), n), ad::real_array_ref(gp, n)),
+                   gp);
+    ad::real_jvp_result J = ad::jvp(user::vector_fn, xr, vr, m);
+    check_jvp(J.value.data(), J.jv.data());
+    std::vector<real> y(m), jv(m);
+    ad::jvp(vector_vec, xr, vr, y, jv);
+    check_jvp(y.data(), jv.data());
+    // inside a recording, from constants: constants, and the enclosing
+    // recording records nothing for them
+    ad::gradient_result o = ad::gradient(
+        [&](const real *u, std::size_t) {
+            ad::real_gradient_result in = ad::gradient(vector_fn_sum, xr);
+            check_gradient(in.value, in.grad.data());
+            ad::real_jvp_result inj = ad::jvp(user::vector_fn, xr, vr, m);
+            check_jvp(inj.value.data(), inj.jv.data());
+            return u[0] * in.grad[1];
+        },
+        std::vector<double>{2.0});
+    assert_true(o.grad[0] == want.grad[1] && o.value == 2.0 * want.grad[1]);
+    assert_int_equal(SNAPSHOT().rec.size(), 1);
+    // n = 0, m = 0
+    ad::real_gradient_result e =
+        ad::gradient([](const real *, std::size_t) { return ad::constant(4.0); }, std::vector<real>{});
+    assert_true(ad::value(e.value) == 4.0 && e.grad.empty());
+    ad::real_jvp_result ej = ad::jvp(nested_fn_t{}, rvec{}, rvec{}, 0);
+    assert_true(ej.value.empty() && ej.jv.empty());
+}
+
+// The gradient of (gradient of f) . v is H v: ad::hvp's numbers, to
+// rounding; the Jacobian of the gradient is the Hessian, and the tangent of
+// the gradient is H v again.
+void test_nested_gradient_is_hvp(void **state)
+{
+    (void)state;
+    std::uint64_t rng = 0x5eed0c0d;
+    for (int i = 0; i < 20; i++) {
+        std::vector<double> x = some_x(rng, 2), v = {uniform(rng, -1.0, 1.0), uniform(rng, -1.0, 1.0)};
+        ad::hvp_result h = ad::hvp(mixed_cpp, x, v);
+        ad::hessian_result hs = ad::hessian(mixed_cpp, x);
+        real inner_value{};
+        ad::gradient_result r = ad::gradient(
+            [&](const real *u, std::size_t n) {
+                real g[2];
+                inner_value = ad::gradient(mixed_cpp, ad::real_array_view(u, n), g);
+                return g[0] * v[0] + g[1] * v[1];
+            },
+            x);
+        assert_close(ad::value(inner_value), h.value, "f inside");
+        assert_close(r.value, h.grad[0] * v[0] + h.grad[1] * v[1], "grad f . v");
+        assert_close(r.grad[0], h.hv[0], "H v [0]");
+        assert_close(r.grad[1], h.hv[1], "H v [1]");
+        // a vector-returning function of the nested gradient: its Jacobian
+        // is the Hessian, its tangent H v
+        auto grad_of = [](const std::vector<real> &u) { return ad::gradient(mixed_cpp, u).grad; };
+        ad::jacobian_result J = ad::jacobian(grad_of, x, 2);
+        for (std::size_t k = 0; k < 4; k++)
+            assert_close(J.jac[k], hs.hess[k], "Jacobian of the gradient");
+        ad::jvp_result t = ad::jvp(grad_of, x, v, 2);
+        assert_close(t.jv[0], h.hv[0], "tangent of the gradient [0]");
+        assert_close(t.jv[1], h.hv[1], "tangent of the gradient [1]");
+    }
+    // A closed form: f = x0^2 x1 + exp(x0 x1), grad f . v, at (0.5, -1.5).
+    std::vector<double> x = {0.5, -1.5}, v = {2.0, -0.25};
+    auto f = [](const std::vector<real> &u) {
+        using std::exp;
+        return u[0] * u[0] * u[1] + exp(u[0] * u[1]);
+    };
+    ad::gradient_result r = ad::gradient(
+        [&](const std::vector<real> &u) {
+            ad::real_gradient_result g = ad::gradient(f, u);
+            return g.grad[0] * v[0] + g.grad[1] * v[1];
+        },
+        x);
+    double a = x[0], b = x[1], e = std::exp(a * b);
+    double h00 = 2 * b + b * b * e, h01 = 2 * a + e + a * b * e, h11 = a * a * e;
+    assert_close(r.grad[0], h00 * v[0] + h01 * v[1], "closed form H v [0]");
+    assert_close(r.grad[1], h01 * v[0] + h11 * v[1], "closed form H v [1]");
+}
+
+// f(x, y) = x^3 y^2 + sin(x y); the closed forms of its derivatives.
+template <class T>
+T third_f(const T *u)
+{
+    using std::sin;
+    return u[0] * u[0] * u[0] * u[1] * u[1] + sin(u[0] * u[1]);
+}
+
+// d^k/dx^k of x e^(2x) by k nested gradients: e^(2x) 2^(k-1) (2x + k).
+real nth_derivative(int k, real x)
+{
+    if (k == 0)
+        return x * exp(2.0 * x);
+    return ad::gradient([k](const real *u, std::size_t) { return nth_derivative(k - 1, u[0]); },
+                        std::vector<real>{x})
+        .grad[0];
+}
+
+void test_nested_third_derivative(void **state)
+{
+    (void)state;
+    std::vector<double> x = {0.75, -1.25};
+    double a = x[0], b = x[1], s = std::sin(a * b), c = std::cos(a * b);
+    // Two levels inside ad::gradient: d/dy of d/dx f (level 2), then its
+    // gradient (level 1), then the gradient of that's second entry.
+    auto fxy = [](const real *u, std::size_t n) {
+        auto fx = [](const real *w, std::size_t m) {
+            return ad::gradient([](const real *p, std::size_t) { return third_f(p); },
+                                ad::real_array_view(w, m))
+                .grad[0];
+        };
+        return ad::gradient(fx, ad::real_array_view(u, n)).grad[1];
+    };
+    ad::gradient_result r = ad::gradient(fxy, x);
+    assert_close(r.value, 6 * a * a * b + c - a * b * s, "f_xy");
+    assert_close(r.grad[0], 12 * a * b - 2 * b * s - a * b * b * c, "f_xxy");
+    assert_close(r.grad[1], 6 * a * a - 2 * a * s - a * a * b * c, "f_xyy");
+    // One level inside ad::hessian: the Hessian of f_x.
+    ad::hessian_result h = ad::hessian(
+        [](const real *u, std::size_t n) {
+            return ad::gradient([](const real *p, std::size_t) { return third_f(p); },
+                                ad::real_array_view(u, n))
+                .grad[0];
+        },
+        x);
+    assert_close(h.hess[0], 6 * b * b - b * b * b * c, "f_xxx");
+    assert_close(h.hess[1], 12 * a * b - 2 * b * s - a * b * b * c, "f_xxy (hessian)");
+    assert_close(h.hess[3], 6 * a * a - 2 * a * s - a * a * b * c, "f_xyy (hessian)");
+    // Deeper: up to the 6th derivative of x e^(2x), k - 1 nested levels.
+    for (int k = 1; k <= 6; k++) {
+        for (double t : {-0.5, 0.0, 0.375}) {
+            ad::gradient_result d = ad::gradient(
+                [k](const real *u, std::size_t) { return nth_derivative(k - 1, u[0]); },
+                std::vector<double>{t});
+            double want = std::exp(2 * t) * std::ldexp(1.0, k - 1) * (2 * t + k);
+            assert_close(d.grad[0], want, "nth derivative");
+        }
+    }
+}
+
+// F(x) = (x0^2 x1, sin x0 + x1^3); J v inside ad::gradient, with v active
+// (v = x) and with v constant.
+void nested_F(const real *x, std::size_t, real *y, std::size_t)
+{
+    using std::sin;
+    y[0] = x[0] * x[0] * x[1];
+    y[1] = sin(x[0]) + x[1] * x[1] * x[1];
+}
+
+void test_nested_jvp(void **state)
+{
+    (void)state;
+    std::vector<double> x = {0.8, -0.6};
+    const double w0 = 1.5, w1 = -0.5, c0 = 0.25, c1 = 2.0, a = x[0], b = x[1];
+    real y0{};
+    // w . J(x) x
+    ad::gradient_result r = ad::gradient(
+        [&](const real *u, std::size_t n) {
+            real y[2], jv[2];
+            ad::jvp(nested_F, ad::real_array_view(u, n), ad::real_array_view(u, n), y, jv);
+            y0 = y[0];
+            return w0 * jv[0] + w1 * jv[1];
+        },
+        x);
+    assert_close(ad::value(y0), a * a * b, "y inside");
+    assert_close(r.value, w0 * 3 * a * a * b + w1 * (a * std::cos(a) + 3 * b * b * b), "w . J x");
+    assert_close(r.grad[0], 6 * w0 * a * b + w1 * (std::cos(a) - a * std::sin(a)), "d/dx0 w . J x");
+    assert_close(r.grad[1], 3 * w0 * a * a + 9 * w1 * b * b, "d/dx1 w . J x");
+    // w . J(x) c, c constant; a vector-returning function, the allocating form
+    auto Fv = [](const std::vector<real> &u) {
+        std::array<real, 2> y;
+        nested_F(u.data(), u.size(), y.data(), y.size());
+        return y;
+    };
+    ad::gradient_result rc = ad::gradient(
+        [&](const std::vector<real> &u) {
+            ad::real_jvp_result t =
+                ad::jvp(Fv, u, std::vector<real>{ad::constant(c0), ad::constant(c1)}, 2);
+            return w0 * t.jv[0] + w1 * t.jv[1];
+        },
+        x);
+    assert_close(rc.grad[0], w0 * (2 * b * c0 + 2 * a * c1) - w1 * std::sin(a) * c0, "d/dx0 w . J c");
+    assert_close(rc.grad[1], w0 * 2 * a * c0 + w1 * 6 * b * c1, "d/dx1 w . J c");
+    // the directional derivative of a directional derivative: ad::jvp
+    // around ad::jvp, v the same direction (the second derivative along v)
+    std::vector<double> d = {c0, c1};
+    ad::jvp_result second = ad::jvp(
+        [&](const real *u, std::size_t n, real *out, std::size_t m) {
+            std::vector<real> dr = constants_of(d);
+            std::vector<real> y(m);
+            ad::jvp(nested_F, ad::real_array_view(u, n), dr, y, ad::real_array_ref(out, m));
+        },
+        x, d, 2);
+    assert_close(second.jv[0], 2 * b * c0 * c0 + 4 * a * c0 * c1, "d2 F0 along c");
+    assert_close(second.jv[1], -std::sin(a) * c0 * c0 + 6 * b * c1 * c1, "d2 F1 along c");
+}
+
+// d/dx [x * d/dy (x + y) at y = 1] at x = 1 is 1: x enters the inner
+// function through its inputs.  Captured instead, it is another level's
+// value: AD_EFOREIGN, not the confused answer 2.
+void test_nested_perturbation_confusion(void **state)
+{
+    (void)state;
+    std::vector<double> one = {1.0};
+    ad::gradient_result r = ad::gradient(
+        [](const real *x, std::size_t) {
+            auto plus = [](const real *u, std::size_t) { return u[0] + u[1]; };  // (x, y)
+            ad::real_gradient_result g = ad::gradient(plus, std::vector<real>{x[0], ad::constant(1.0)});
+            return x[0] * g.grad[1];
+        },
+        one);
+    assert_true(r.value == 1.0 && r.grad[0] == 1.0);
+    // y alone as the inner input, x a constant copy: the same 1
+    ad::gradient_result rc = ad::gradient(
+        [](const real *x, std::size_t) {
+            double xv = ad::value(x[0]);
+            auto plus = [xv](const real *u, std::size_t) { return xv + u[0]; };
+            return x[0] * ad::gradient(plus, std::vector<real>{ad::constant(1.0)}).grad[0];
+        },
+        one);
+    assert_true(rc.grad[0] == 1.0);
+    // the outer x captured: refused
+    std::vector<double> g(1, 0.0);
+    expect_error(AD_EFOREIGN, ad::gradient(
+                                  [](const real *x, std::size_t) {
+                                      real xc = x[0];
+                                      auto plus = [xc](const real *u, std::size_t) { return xc + u[0]; };
+                                      std::vector<real> y1 = {x[0] * 0.0 + 1.0};  // active y
+                                      return x[0] * ad::gradient(plus, y1).grad[0];
+                                  },
+                                  one, g));
+    assert_all_nan(g);
+    assert_library_ok();
+}
+
+// Errors: the header's own checks throw before anything runs; a status of
+// the C library throws and fails the enclosing recording, whose driver
+// throws it even where the inner error was caught; the callable's own
+// exception leaves every level.
+void test_nested_errors(void **state)
+{
+    (void)state;
+    std::vector<double> x = {1.5, 2.0};
+    int calls = 0;
+    auto f = [&calls](const real *v, std::size_t) {
+        calls++;
+        return v[0] * v[1];
+    };
+    auto fv = [&calls](const real *v, std::size_t, real *y, std::size_t) {
+        calls++;
+        y[0] = v[0] * v[1];
+    };
+    // sizes, and a null function pointer: outputs NaN, f not called
+    std::vector<real> xr = constants_of(x), g3(3), v1(1), y1(1), jv2(2);
+    expect_error(AD_EINVAL, ad::gradient(f, xr, g3));
+    for (real e : g3)
+        assert_true(std::isnan(ad::value(e)) && e.id == 0);
+    expect_error(AD_EINVAL, ad::jvp(fv, xr, v1, 1));
+    expect_error(AD_EINVAL, ad::jvp(fv, xr, xr, y1, jv2));
+    assert_true(std::isnan(ad::value(y1[0])) && std::isnan(ad::value(jv2[1])));
+    real (*null_fn)(const real *, std::size_t) = nullptr;
+    expect_error(AD_EINVAL, ad::gradient(null_fn, xr));
+    assert_int_equal(calls, 0);
+    // inside a recording
+    expect_error(AD_EINVAL, ad::gradient(
+                                [&](const real *v, std::size_t n) {
+                                    std::vector<real> g(1);
+                                    ad::gradient(f, ad::real_array_view(v, n), g);
+                                    return g[0];
+                                },
+                                x));
+    assert_int_equal(calls, 0);
+    // caught there: the enclosing recording goes on
+    ad::gradient_result after_size = ad::gradient(
+        [&](const real *v, std::size_t n) {
+            std::vector<real> g(1);
+            try {
+                ad::gradient(f, ad::real_array_view(v, n), g);
+            } catch (const ad::error &) {
+                assert_true(std::isnan(ad::value(g[0])) && g[0].id == 0);
+            }
+            return v[0] * v[1];
+        },
+        x);
+    assert_true(after_size.value == 3.0 && after_size.grad[0] == 2.0 && after_size.grad[1] == 1.5);
+    assert_int_equal(calls, 0);
+
+    // AD_ENOTSUP: an external function inside, with active x
+    std::vector<double> gd(2, 0.0);
+    auto outer = [](const real *v, std::size_t n) {
+        return ad::gradient(with_external, ad::real_array_view(v, n)).grad[0];
+    };
+    expect_error(AD_ENOTSUP, ad::gradient(outer, x, gd));
+    assert_all_nan(gd);
+    // caught inside: the outputs are NaN, and the enclosing driver throws
+    // the status all the same
+    bool caught = false, nan_inside = false;
+    expect_error(AD_ENOTSUP, ad::gradient(
+                                 [&](const real *v, std::size_t n) {
+                                     std::vector<real> g(n, ad::constant(0.0));
+                                     try {
+                                         ad::gradient(with_external, ad::real_array_view(v, n), g);
+                                     } catch (const ad::error &e) {
+                                         caught = e.status() == AD_ENOTSUP;
+                                     }
+                                     nan_inside = std::isnan(ad::value(g[0])) && std::isnan(ad::value(g[1]));
+                                     return v[0] + v[1];
+                                 },
+                                 x));
+    assert_true(caught && nan_inside);
+    // lgamma of an active value, through ad::jvp
+    expect_error(AD_ENOTSUP, ad::gradient(
+                                 [](const real *v, std::size_t n) {
+                                     auto lg = [](const real *u, std::size_t, real *y, std::size_t) {
+                                         y[0] = lgamma(u[0]);
+                                     };
+                                     return ad::jvp(lg, ad::real_array_view(v, n), ad::real_array_view(v, n), 1)
+                                         .jv[0];
+                                 },
+                                 x));
+    // outside a recording, or from constants, the same calls work
+    ad::real_gradient_result ok = ad::gradient(with_external, xr);
+    assert_true(ad::value(ok.value) == 6.0 && ad::value(ok.grad[0]) == 4.0 && ad::value(ok.grad[1]) == 3.0);
+    assert_library_ok();
+
+    // the callable's exception, through both levels: called once
+    calls = 0;
+    auto thrower = [&calls](const real *v, std::size_t) -> real {
+        calls++;
+        if (v[0] > 0.0)
+            throw user_exception{7};
+        return v[0];
+    };
+    bool got = false;
+    try {
+        ad::gradient(
+            [&](const std::vector<real> &v) {
+                return v[0] * ad::gradient(thrower, v).value;
+            },
+            x);
+    } catch (const user_exception &e) {
+        got = e.tag == 7;
+    }
+    assert_true(got);
+    assert_int_equal(calls, 1);
+    // caught inside: the outputs are NaN constants, the enclosing recording
+    // goes on
+    ad::gradient_result rest = ad::gradient(
+        [&](const real *v, std::size_t n) {
+            std::vector<real> g(n);
+            real fx = ad::constant(0.0);
+            try {
+                fx = ad::gradient(thrower, ad::real_array_view(v, n), g);
+            } catch (const user_exception &) {
+                assert_true(std::isnan(ad::value(g[0])) && g[0].id == 0);
+            }
+            return v[0] * v[1] + fx;
+        },
+        x);
+    assert_true(rest.value == 3.0 && rest.grad[0] == 2.0 && rest.grad[1] == 1.5);
+    assert_library_ok();
+}
+
+// Each level takes an ad::real gradient of the next, without end: the
+// call past AD_MAX_NESTING fails, and, caught or not, each enclosing
+// recording fails with it.
+struct real_tower {
+    int deepest = 0;
+    bool catch_at_bottom = false;
+    ad_status caught = AD_OK;
+};
+
+real climb_real(real_tower &t, int level, real x)
+{
+    auto f = [&t, level](const real *v, std::size_t) {
+        t.deepest = level > t.deepest ? level : t.deepest;
+        if (t.catch_at_bottom) {
+            try {
+                climb_real(t, level + 1, v[0]);
+            } catch (const ad::error &e) {
+                t.caught = t.caught == AD_OK ? e.status() : t.caught;
+            }
+        } else {
+            climb_real(t, level + 1, v[0]);
+        }
+        return v[0];  // no records: each level's program stays empty
+    };
+    return ad::gradient(f, std::vector<real>{x}).grad[0];
+}
+
+void test_nested_enesting(void **state)
+{
+    (void)state;
+    real_tower t;
+    expect_error(AD_ENESTING,
+                 ad::gradient([&t](const real *v, std::size_t) { return climb_real(t, 2, v[0]); },
+                              std::vector<double>{0.5}));
+    assert_int_equal(t.deepest, AD_MAX_NESTING);
+    real_tower c;
+    c.catch_at_bottom = true;
+    expect_error(AD_ENESTING,
+                 ad::gradient([&c](const real *v, std::size_t) { return climb_real(c, 2, v[0]); },
+                              std::vector<double>{0.5}));
+    assert_int_equal(c.caught, AD_ENESTING);
+    assert_library_ok();
+}
+
 // ---- threads: each has its own tapes ----
 
 void test_threads(void **state)
@@ -1352,6 +1884,13 @@ int main()
         cmocka_unit_test(test_error_enotsup),
         cmocka_unit_test(test_error_messages),
         cmocka_unit_test(test_user_exception),
+        cmocka_unit_test(test_nested_as_constants),
+        cmocka_unit_test(test_nested_gradient_is_hvp),
+        cmocka_unit_test(test_nested_third_derivative),
+        cmocka_unit_test(test_nested_jvp),
+        cmocka_unit_test(test_nested_perturbation_confusion),
+        cmocka_unit_test(test_nested_errors),
+        cmocka_unit_test(test_nested_enesting),
         cmocka_unit_test(test_threads),
     };
     tests.insert(tests.end(), std::begin(rest), std::end(rest));

@@ -1,6 +1,6 @@
-"""Writes the JSON inputs of GradBench's ht and kmeans evals, as the evals
-send them to a tool (without the min_runs/min_seconds fields).  Our own
-script (see README.md).
+"""Writes the JSON inputs of GradBench's ht, kmeans, saddle and particle
+evals, as the evals send them to a tool (without the min_runs/min_seconds
+fields).  Our own script (see README.md).
 
 ht: GradBench's own reader (python/gradbench/gradbench/evals/ht/io.py,
 imported from --gradbench) on its data files, the eval's default model
@@ -13,11 +13,17 @@ the last k points.  Each input depends on the draws before it, so every
 earlier size is drawn too.  Needs numpy and dataclasses_json (Debian:
 python3-numpy, python3-dataclasses-json).
 
+saddle, particle: each eval's run.py sends one input, a dict literal that
+its main() assigns to `input` ({"start": [1.0, 1.0]}, {"w": 0.0}); it is
+read from the source (ast), as importing run.py needs GradBench's protocol
+dependencies.
+
 Usage: make_inputs.py --gradbench DIR --out DIR [--ht hand1_t26_c100 ...]
-                      [--kmeans 10,1000,8 ...]
+                      [--kmeans 10,1000,8 ...] [--saddle] [--particle]
 """
 
 import argparse
+import ast
 import json
 import sys
 from pathlib import Path
@@ -78,6 +84,28 @@ def make_kmeans(out: Path, sizes: list[tuple[int, int, int]]) -> None:
                 return
 
 
+def literal_input(gradbench: Path, module: str):
+    """The dict literal assigned to `input` in evals/<module>/run.py."""
+    path = gradbench / "python" / "gradbench" / "gradbench" / "evals" / module / "run.py"
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (
+            isinstance(node, ast.Assign)
+            and [getattr(t, "id", None) for t in node.targets] == ["input"]
+            and isinstance(node.value, ast.Dict)
+        ):
+            return ast.literal_eval(node.value)
+    sys.exit(f"make_inputs.py: no `input = {{...}}` in {path}")
+
+
+def make_literal(gradbench: Path, out: Path, module: str) -> None:
+    path = out / f"{module}.json"
+    value = literal_input(gradbench, module)
+    if path.exists() and json.loads(path.read_text()) == value:
+        return
+    write_json(path, value)
+    print(f"wrote {path}")
+
+
 def kmeans_name(k: int, n: int, d: int) -> str:
     return f"kmeans_k{k}_n{n}_d{d}.json"
 
@@ -88,11 +116,16 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--ht", nargs="*", default=[])
     parser.add_argument("--kmeans", nargs="*", default=[])
+    parser.add_argument("--saddle", action="store_true")
+    parser.add_argument("--particle", action="store_true")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     make_ht(args.gradbench, args.out, args.ht)
     sizes = [tuple(int(v) for v in s.split(",")) for s in args.kmeans]
     make_kmeans(args.out, sizes)
+    for module in ("saddle", "particle"):
+        if getattr(args, module):
+            make_literal(args.gradbench, args.out, module)
 
 
 if __name__ == "__main__":

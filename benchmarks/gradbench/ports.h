@@ -1,8 +1,11 @@
-/* Our C ports of GradBench's ht and kmeans evals, written with dualrev's
- * public API (ht.c, kmeans.c), behind a plain-array interface that the C++
- * drivers (bench_ht.cpp, bench_kmeans.cpp) call beside GradBench's CoDiPack
- * tool.  Matrices are column-major, as GradBench's LightMatrix stores them,
- * so the drivers hand over pointers into the inputs GradBench parsed. */
+/* Our C ports of GradBench's evals, written with dualrev's public API,
+ * behind a plain-array interface that the C++ drivers call beside a
+ * GradBench tool: ht and kmeans (ht.c, kmeans.c; bench_ht.cpp,
+ * bench_kmeans.cpp, beside the CoDiPack tool), saddle and particle (the
+ * examples, through saddle.c and particle.c; bench_saddle.cpp,
+ * bench_particle.cpp, beside the finite-differences tool).  Matrices are
+ * column-major, as GradBench's LightMatrix stores them, so the drivers hand
+ * over pointers into the inputs GradBench parsed. */
 #ifndef GRADBENCH_PORTS_H
 #define GRADBENCH_PORTS_H
 
@@ -80,6 +83,34 @@ int gb_kmeans_dir(int n, int k, int d, const double *points, const double *centr
 /* The gradient alone (ad_gradient), k x d; *cost the cost. */
 int gb_kmeans_grad(int n, int k, int d, const double *points, const double *centroids,
                    double *cost, double *grad);
+
+/* ---- saddle and particle: nested reverse mode, GradBench's "rr" ----
+ *
+ * examples/saddle.c and examples/particle.c, unchanged: an outer gradient
+ * descent whose gradients are ad_gradient of a function that takes
+ * gradients itself with ad_gradient_r.  Each returns the ad_status. */
+
+/* The eval: from start, p1 (the argmin) then p2 (the argmax) into out. */
+int gb_saddle(const double start[2], double out[4]);
+
+/* One gradient of the outer descent's cost at p1, the maximum over p2 of
+ * f(p1, p2) found by the inner descent from start: ad_gradient of that
+ * descent, whose own gradients are ad_gradient_r. */
+int gb_saddle_outer_gradient(const double start[2], const double p1[2], double grad[2]);
+
+/* That cost's value: the inner descent on constants (its gradients are
+ * then ad_gradient's). */
+int gb_saddle_outer_objective(const double start[2], const double p1[2], double *value);
+
+/* The eval: the control w found from w0. */
+int gb_particle(double w0, double *w);
+
+/* One gradient of the descent's cost at w, x0(t_f)^2 of the Euler
+ * simulation: ad_gradient of it, each step's force by ad_gradient_r. */
+int gb_particle_gradient(double w, double *grad);
+
+/* That cost's value: the simulation on constants. */
+int gb_particle_objective(double w, double *value);
 
 /* dualrev's text for a status and its version. */
 const char *gb_strerror(int status);

@@ -138,7 +138,8 @@ static inline double ad_value(ad_real x)
  * a recording, or from constants alone, the results are ad_gradient's
  * (ad_jvp's) numbers as constants.  AD_ENOTSUP, inside a recording, where
  * f uses an external function, a recorded matrix or a checkpointed loop,
- * or lgamma or tgamma of an active value.  On error the outputs are NaN
+ * or lgamma or tgamma of an active value.  x (and v) are copied before f
+ * runs; ctx is used only during the call.  On error the outputs are NaN
  * and the enclosing recording fails with the same status. */
 AD_API ad_status ad_gradient_r(ad_objective f, void *ctx, size_t n, const ad_real *x,
                                ad_real *fx, ad_real *grad);

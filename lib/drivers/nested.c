@@ -22,28 +22,30 @@ static ad_status fail(ad_status s, ad_real *a, size_t na, ad_real *b, size_t nb)
     return ad_fail_recording(s);
 }
 
-/* The numbers a call works on: on the stack for small functions, which
- * then allocate nothing (optimisers call these very often on few inputs). */
+/* What a call works on: on the stack for small functions, which then
+ * allocate nothing (optimisers call these very often on few inputs). */
 #define SMALL 64
 
 typedef struct room {
-    double *p;
-    double small[SMALL];
+    void *p;
+    union {
+        double d[SMALL];
+        ad_real r[SMALL / 2];
+    } small;
 } room;
 
-/* Room for a + b doubles, or NULL. */
-static double *room_get(room *r, size_t a, size_t b)
+/* Room for count elements of `size` bytes (at most 16), or NULL. */
+static void *room_get(room *r, size_t count, size_t size)
 {
-    if (a > SIZE_MAX / sizeof(double) / 2 || b > SIZE_MAX / sizeof(double) / 2)
+    if (count > SIZE_MAX / size)
         return r->p = NULL;
-    size_t k = a + b;
-    r->p = k <= SMALL ? r->small : ad_alloc(k * sizeof(double));
+    r->p = count * size <= sizeof r->small ? (void *)&r->small : ad_alloc(count * size);
     return r->p;
 }
 
 static void room_free(room *r)
 {
-    if (r->p != r->small)
+    if (r->p != (void *)&r->small)
         ad_free(r->p);
 }
 
@@ -70,6 +72,19 @@ static int any_mine(ad_tape *t, size_t n, const ad_real *x, const ad_real *v, ad
     return 1;
 }
 
+/* Copies of x (and v, after it): f may write where they lie (through its
+ * ctx), and the replay starts from what they held when the call began. */
+static ad_real *copies(room *r, size_t n, const ad_real *x, const ad_real *v)
+{
+    ad_real *c = room_get(r, v ? 2 * n : n, sizeof(ad_real));  /* 2 n: n reals fit in memory */
+    for (size_t i = 0; c && i < n; i++) {
+        c[i] = x[i];
+        if (v)
+            c[n + i] = v[i];
+    }
+    return c;
+}
+
 ad_status ad_gradient_r(ad_objective f, void *ctx, size_t n, const ad_real *x, ad_real *fx,
                         ad_real *grad)
 {
@@ -77,27 +92,32 @@ ad_status ad_gradient_r(ad_objective f, void *ctx, size_t n, const ad_real *x, a
         return fail(AD_EINVAL, fx, fx ? 1 : 0, grad, grad ? n : 0);
     ad_status s = AD_OK;
     int nested = any_mine(ad_recording(), n, x, NULL, &s);
-    room r;
-    double *d = s == AD_OK ? room_get(&r, n, nested ? 0 : n + 1) : NULL;
-    if (s == AD_OK && !d)
+    if (s != AD_OK)
+        return fail(s, fx, 1, grad, n);
+    room r, rx;
+    double *d = n <= SIZE_MAX / 2 ? room_get(&r, nested ? n : 2 * n + 1, sizeof(double)) : NULL;
+    ad_real *xs = d && nested ? copies(&rx, n, x, NULL) : NULL;
+    if (!d || (nested && !xs)) {
+        if (d)
+            room_free(&r);
         return fail(AD_ENOMEM, fx, 1, grad, n);
-    if (s == AD_OK) {
-        values(n, x, d);
-        if (nested) {
-            ad_tape *t = ad_thread_tape();
-            s = ad_record_objective(t, f, ctx, n, d, AD_RECORD_PROGRAM);
-            if (s == AD_OK)
-                s = ad_replay_gradient(t, n, x, fx, grad);
-        } else {
-            double *g = d + n;
-            s = ad_gradient(f, ctx, n, d, g + n, g);
-            if (s == AD_OK) {
-                *fx = ad_const(g[n]);
-                constants(n, g, grad);
-            }
-        }
-        room_free(&r);
     }
+    values(n, x, d);
+    if (nested) {
+        ad_tape *t = ad_thread_tape();
+        s = ad_record_objective(t, f, ctx, n, d, AD_RECORD_PROGRAM);
+        if (s == AD_OK)
+            s = ad_replay_gradient(t, n, xs, fx, grad);
+        room_free(&rx);
+    } else {
+        double *g = d + n;
+        s = ad_gradient(f, ctx, n, d, g + n, g);
+        if (s == AD_OK) {
+            *fx = ad_const(g[n]);
+            constants(n, g, grad);
+        }
+    }
+    room_free(&r);
     return s == AD_OK ? AD_OK : fail(s, fx, 1, grad, n);
 }
 
@@ -108,28 +128,33 @@ ad_status ad_jvp_r(ad_function f, void *ctx, size_t n, const ad_real *x, const a
         return fail(AD_EINVAL, y, y ? m : 0, jv, jv ? m : 0);
     ad_status s = AD_OK;
     int nested = any_mine(ad_recording(), n, x, v, &s);
-    room r;
-    double *d = s == AD_OK && n <= SIZE_MAX / 2 && m <= SIZE_MAX / 2
-                    ? room_get(&r, 2 * n, nested ? 0 : 2 * m) : NULL;
-    if (s == AD_OK && !d)
+    if (s != AD_OK)
+        return fail(s, y, m, jv, m);
+    room r, rx;
+    int fits = n <= SIZE_MAX / 4 && m <= SIZE_MAX / 4;
+    double *d = fits ? room_get(&r, nested ? 2 * n : 2 * n + 2 * m, sizeof(double)) : NULL;
+    ad_real *xs = d && nested ? copies(&rx, n, x, v) : NULL;
+    if (!d || (nested && !xs)) {
+        if (d)
+            room_free(&r);
         return fail(AD_ENOMEM, y, m, jv, m);
-    if (s == AD_OK) {
-        values(n, x, d);
-        values(n, v, d + n);
-        if (nested) {
-            ad_tape *t = ad_thread_tape();
-            s = ad_record(t, f, ctx, n, d, m, AD_RECORD_PROGRAM);
-            if (s == AD_OK)
-                s = ad_replay_jvp(t, n, x, v, m, y, jv);
-        } else {
-            double *o = d + 2 * n;
-            s = ad_jvp(f, ctx, n, d, d + n, m, o, o + m);
-            if (s == AD_OK) {
-                constants(m, o, y);
-                constants(m, o + m, jv);
-            }
-        }
-        room_free(&r);
     }
+    values(n, x, d);
+    values(n, v, d + n);
+    if (nested) {
+        ad_tape *t = ad_thread_tape();
+        s = ad_record(t, f, ctx, n, d, m, AD_RECORD_PROGRAM);
+        if (s == AD_OK)
+            s = ad_replay_jvp(t, n, xs, xs + n, m, y, jv);
+        room_free(&rx);
+    } else {
+        double *o = d + 2 * n;
+        s = ad_jvp(f, ctx, n, d, d + n, m, o, o + m);
+        if (s == AD_OK) {
+            constants(m, o, y);
+            constants(m, o + m, jv);
+        }
+    }
+    room_free(&r);
     return s == AD_OK ? AD_OK : fail(s, y, m, jv, m);
 }

@@ -1,6 +1,6 @@
-// Shared by bench_ht.cpp and bench_kmeans.cpp (our own code): CPU time,
-// alternating timed batches, GradBench's comparison metric, and the rows
-// that run.sh collects into its table.
+// Shared by the harnesses, bench_*.cpp (our own code): their command line,
+// CPU time, alternating timed batches, GradBench's comparison metric, and
+// the rows that run.sh collects into its table.
 #pragma once
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <utility>
@@ -129,6 +130,31 @@ inline int env_int(const char* name, int fallback) {
 inline double env_double(const char* name, double fallback) {
   const char* s = std::getenv(name);
   return s && *s ? std::atof(s) : fallback;
+}
+
+// A harness's command line, INPUT.json LABEL, with REPS and MIN_MS from
+// the environment; false (after the usage line) if it is not that.
+struct Args {
+  std::string path, label;
+  int         reps;
+  double      min_ms;
+};
+
+inline bool parse_args(int argc, char** argv, Args& a) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s INPUT.json LABEL\n", argv[0]);
+    return false;
+  }
+  a = {argv[1], argv[2], env_int("REPS", 7), env_double("MIN_MS", 200)};
+  return true;
+}
+
+// The eval's input from the file, as GradBench's function_main reads it
+// (Json: the tool's nlohmann::json).
+template <class Input, class Json>
+Input read_input(const std::string& path) {
+  std::ifstream file(path);
+  return Json::parse(file).template get<Input>();
 }
 
 }  // namespace gbb

@@ -11,8 +11,6 @@
 #include "ht.cpp"  // GRADBENCH_DIR/tools/codipack/ht.cpp
 #undef main
 
-#include <fstream>
-
 #include "bench.hpp"
 #include "ports.h"
 
@@ -114,17 +112,13 @@ struct PortInput {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s INPUT.json LABEL\n", argv[0]);
+  gbb::Args args;
+  if (!gbb::parse_args(argc, argv, args))
     return 2;
-  }
-  int    reps   = gbb::env_int("REPS", 7);
-  double min_ms = gbb::env_double("MIN_MS", 200);
-
-  std::ifstream  file(argv[1]);
-  nlohmann::json j     = nlohmann::json::parse(file);
-  ht::Input      input = j.get<ht::Input>();
-  std::string    label = argv[2];
+  const int         reps   = args.reps;
+  const double      min_ms = args.min_ms;
+  const std::string label  = args.label;
+  ht::Input input = gbb::read_input<ht::Input, nlohmann::json>(args.path);
 
   PortInput           port(input);
   const size_t        m = 3 * (size_t)port.in.points, cols = GB_HT_COLS;

@@ -11,7 +11,6 @@
 #include "kmeans.cpp"  // GRADBENCH_DIR/tools/codipack/kmeans.cpp
 #undef main
 
-#include <fstream>
 #include <sstream>
 
 #include "bench.hpp"
@@ -118,17 +117,13 @@ std::vector<double> closed_form_dir(const kmeans::Input& in) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s INPUT.json LABEL\n", argv[0]);
+  gbb::Args args;
+  if (!gbb::parse_args(argc, argv, args))
     return 2;
-  }
-  int    reps   = gbb::env_int("REPS", 7);
-  double min_ms = gbb::env_double("MIN_MS", 200);
-
-  std::ifstream  file(argv[1]);
-  nlohmann::json j     = nlohmann::json::parse(file);
-  kmeans::Input  input = j.get<kmeans::Input>();
-  std::string    label = argv[2];
+  const int         reps   = args.reps;
+  const double      min_ms = args.min_ms;
+  const std::string label  = args.label;
+  kmeans::Input input = gbb::read_input<kmeans::Input, nlohmann::json>(args.path);
 
   const int       n = input.n, k = input.k, d = input.d;
   const size_t    kd   = (size_t)k * d;

@@ -12,23 +12,17 @@
 #include "particle.cpp"  // GRADBENCH_DIR/tools/finite/particle.cpp
 #undef main
 
-#include <fstream>
-
 #include "bench.hpp"
 #include "ports.h"
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s INPUT.json LABEL\n", argv[0]);
+  gbb::Args args;
+  if (!gbb::parse_args(argc, argv, args))
     return 2;
-  }
-  int    reps   = gbb::env_int("REPS", 7);
-  double min_ms = gbb::env_double("MIN_MS", 200);
-
-  std::ifstream   file(argv[1]);
-  nlohmann::json  j     = nlohmann::json::parse(file);
-  particle::Input input = j.get<particle::Input>();
-  std::string     label = argv[2];
+  const int         reps   = args.reps;
+  const double      min_ms = args.min_ms;
+  const std::string label  = args.label;
+  particle::Input input = gbb::read_input<particle::Input, nlohmann::json>(args.path);
   const double    w0    = input.w0;
 
   // The descent's first gradient and value are taken at w0.

@@ -996,6 +996,136 @@ static void loop_cross_check(check_ctx *c)
         free(g[l]), free(h[l]), free(y[l]), free(A[l]), free(B[l]), free(J[l]);
 }
 
+/* ---- nested derivatives (prog.c, prog_unnest): the program with its nested calls
+ * written out (c->p) is the oracle's; the drivers run the program ---- */
+
+static const char *nest_driver(const nest_node *nd) { return nd->mode ? "ad_jvp_r" : "ad_gradient_r"; }
+
+/* n-ary records in a nested program (nested ones' too): there the
+ * replayed sweep's sums are ad_gradient's only to rounding (docs/api.md). */
+static int has_nary(const prog *p)
+{
+    for (int j = 0; j < p->ncode; j++)
+        if (p->code[j].op >= OP_FIRST_ARRAY)
+            return 1;
+    for (int i = 0; i < p->nsubs; i++)
+        if (has_nary(&p->subs[i]))
+            return 1;
+    return 0;
+}
+
+/* How far output t (grad[t - 1], or jv) of a nested call may be from
+ * ad_gradient's (ad_jvp's), by the oracle of the nested program at the
+ * call's point (its own nested calls written out): twice the oracle's
+ * tolerance of the entry where the replay's sums are ad_gradient's only to
+ * rounding (nary: n-ary records; each is within one of the exact value),
+ * else 0.  -1: the oracle does not bound the entry, or a double sweep
+ * that is not scaled cannot hold its intermediates (the replay's
+ * products and sums are operations on doubles, ad_gradient's sweep is
+ * scaled by 2^512: docs/conventions.md). */
+static ld nest_tolerance(const nest_node *nd, int t, int nary)
+{
+    prog sub, q;
+    nest_info ni;
+    prog_copy(&sub, nd->sub);
+    memcpy(sub.x, nd->in, (size_t)nd->k * sizeof *sub.x);
+    prog_unnest(&sub, &q, &ni);
+    double *val = malloc(((size_t)q.nslots + 1) * sizeof *val);
+    run_double(&q, q.x, val);
+    lin L;
+    lin_approx = ni.approx;
+    lin_build(&L, &q, val);
+    lin_approx = NULL;
+    pass P;
+    double one = 1.0;
+    int slot;
+    if (nd->mode) {  /* ad_jvp's seeds: the inputs of nonzero direction (docs/conventions.md) */
+        uint32_t seeded = 0;
+        for (int i = 0; i < nd->k; i++)
+            seeded |= (uint32_t)(nd->in[nd->k + i] != 0) << i;
+        pass_forward(&L, nd->in + nd->k, seeded, &P);
+        slot = q.outs[0];
+    } else {
+        pass_reverse(&L, &one, 1, &P);
+        slot = t - 1;
+    }
+    int r = nd->mode ? 0 : t - 1;
+    ld tol = -1;
+    if (ni.status == AD_OK && P.on[slot] && !P.unc[slot] && !P.over[r] && range_unscaled(P.lo[r], P.hi[r]) &&
+        isfinite(P.t[slot]) && isfinite(P.E[slot]))
+        tol = nary ? 2 * (2 * P.E[slot] + 4 * TINY + ORACLE_EPS * fabsl(P.t[slot])) : 0;
+    pass_free(&P);
+    lin_free(&L);
+    free(val);
+    prog_free(&q);
+    nest_info_free(&ni);
+    prog_free(&sub);
+    return tol;
+}
+
+/* The nested calls' own checks, and whether the program stops there:
+ *   a replayed call's outputs are ad_gradient's (ad_jvp's) at the same
+ *   point, bit for bit (docs/api.md: the same operations in the same
+ *   order), kind nested-value (i: the call's number, j: the output);
+ *   where the recording failed (a nested call failed: ad_gradient's
+ *   AD_EOVERFLOW at constant arguments, say), every driver returns its
+ *   status: checked here, and nothing else is. */
+static int nest_first(check_ctx *c)
+{
+    const nest_info *ni = c->nest;
+    const prog *run = c->run;
+    c->r->nest_programs++;
+    c->r->nest_nodes += ni->nnodes;
+    for (int k = 0; k < ni->nnodes; k++)
+        c->r->nest_replayed += ni->nodes[k].active;
+    for (int k = 0; k < ni->nnodes; k++) {
+        const nest_node *nd = &ni->nodes[k];
+        if (!nd->active || nd->plain_st != AD_OK || ni->status != AD_OK)
+            continue;
+        for (int t = 0; t < (nd->mode ? 2 : 1 + nd->k); t++) {
+            if (same_bits(nd->ref[t], nd->plain[t]))
+                continue;
+            ld tol = t > 0 ? nest_tolerance(nd, t, has_nary(nd->sub)) : 0;
+            if (tol < 0)
+                c->r->nest_unsure++;
+            else if (!(isfinite(nd->ref[t]) && isfinite(nd->plain[t]) &&
+                       fabsl((ld)nd->ref[t] - (ld)nd->plain[t]) <= tol))
+                fail(c, nest_driver(nd), "nested-value", k, t, nd->ref[t], nd->plain[t], tol);
+        }
+    }
+    if (ni->status == AD_OK)
+        return 0;
+    size_t n = (size_t)run->n, m = (size_t)run->m;
+    double fx, *g = dalloc(run->n), *h = dalloc(run->n), *y = dalloc(run->m), *a = dalloc(run->m),
+           *J = dalloc(run->n * run->m), *H = dalloc(run->n * run->n);
+    ad_linear *L = NULL;
+    ad_csr S;
+    ad_status got[9];
+    void *ctx = (void *)run;
+    got[0] = ad_gradient(fuzz_objective, ctx, n, run->x, &fx, g);
+    got[1] = ad_vjp(fuzz_function, ctx, n, run->x, m, run->w, y, g);
+    got[2] = ad_jvp(fuzz_function, ctx, n, run->x, run->v, m, y, a);
+    got[3] = ad_jacobian(fuzz_function, ctx, n, run->x, m, y, J);
+    got[4] = ad_linearize(fuzz_function, ctx, n, run->x, m, y, &L);
+    ad_linear_free(L);
+    got[5] = ad_sparse_jacobian(fuzz_function, ctx, n, run->x, m, y, &S);
+    if (got[5] == AD_OK)
+        ad_csr_free(&S);
+    got[6] = ad_hvp(fuzz_objective, ctx, n, run->x, run->v, &fx, g, h);
+    got[7] = ad_hessian(fuzz_objective, ctx, n, run->x, &fx, g, H);
+    got[8] = ad_sparse_hessian(fuzz_objective, ctx, n, run->x, &fx, g, &S);
+    if (got[8] == AD_OK)
+        ad_csr_free(&S);
+    static const char *const names[9] = {"ad_gradient", "ad_vjp", "ad_jvp", "ad_jacobian", "ad_linearize",
+                                         "ad_sparse_jacobian", "ad_hvp", "ad_hessian", "ad_sparse_hessian"};
+    for (int d = 0; d < 9; d++)
+        if (got[d] != ni->status)
+            fail(c, names[d], "status", (int)ni->status, -1, (double)got[d], ni->status, 0);
+    c->r->nest_failed++;
+    free(g), free(h), free(y), free(a), free(J), free(H);
+    return 1;
+}
+
 void check_program(const prog *run, report *r)
 {
     check_ctx c;
@@ -1005,23 +1135,51 @@ void check_program(const prog *run, report *r)
      * out; the drivers run the one with loops. */
     prog unrolled;
     unroll_info ui;
+    nest_info ni;
     int has_loop = prog_has_loop(run);
+    int has_nest = !has_loop && prog_has_nestr(run);  /* the generator makes no program with both */
     const prog *p = run;
+    int before = fuzz_interp_errors;
     if (has_loop) {
         prog_unroll(run, &unrolled, &ui);
         p = &unrolled;
         c.ui = &ui;
+    } else if (has_nest) {
+        prog_unnest(run, &unrolled, &ni);
+        p = &unrolled;
+        c.nest = &ni;
+    }
+    if (has_nest && getenv("FUZZ_DEBUG")) {  /* the program written out */
+        fprintf(stderr, "written out:\n");
+        prog_print(p, stderr);
     }
     c.p = p;
     c.run = run;
+    c.drive = has_nest ? run : p;
     c.r = r;
     double *val = malloc(((size_t)p->nslots + 1) * sizeof *val);
-    int before = fuzz_interp_errors;
     run_double(p, p->x, val);
     c.val = val;
     if (has_loop)
         unroll_values(&c);
+    if (has_nest && nest_first(&c)) {  /* a nested call failed: every driver with it */
+        free(val);
+        prog_free(&unrolled);
+        nest_info_free(&ni);
+        return;
+    }
+    lin_approx = has_nest ? ni.approx : NULL;
     lin_build(&c.L, p, val);
+    lin_approx = NULL;
+    /* The writing out's own checks: its double run gives the recording's
+     * values (interpreter unnest), its structural activity the library's
+     * at the nested calls' outputs (interpreter unnest-activity); here,
+     * where known.c tells the documented differences of the double and
+     * ad_real forms (fmin's zeros, a matrix's shape). */
+    if (has_nest && ni.bad_value >= 0)
+        fail(&c, "interpreter", "unnest", ni.bad_value, -1, ni.bad_got, ni.bad_want, 0);
+    if (has_nest && ni.bad_active >= 0)
+        fail(&c, "interpreter", "unnest-activity", ni.bad_active, -1, ni.bad_act_got, !ni.bad_act_got, 0);
     recorded_externals(&c);
     recorded_loops(&c);
     c.jac_forward = p->n <= p->m && !c.ext_nojvp;
@@ -1066,6 +1224,10 @@ void check_program(const prog *run, report *r)
     if (has_loop) {
         prog_free(&unrolled);
         unroll_info_free(&ui);
+    }
+    if (has_nest) {
+        prog_free(&unrolled);
+        nest_info_free(&ni);
     }
     free(c.in_loop);
     free(c.maker);

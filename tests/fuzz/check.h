@@ -27,6 +27,12 @@ typedef struct report {
                                           compared (outside an unscaled sweep's range,
                                           class order-dependent, AD_EOVERFLOW) */
     long cross[CROSS_COUNTS];       /* cross.c's counts (cross_summary) */
+    long nest_programs, nest_nodes, nest_replayed;  /* programs with nested calls; the calls
+                                                       (nested ones too), and those replayed */
+    long nest_failed;               /* programs whose recording a nested call failed */
+    long nest_unsure;               /* nested calls' outputs that differ from ad_gradient's
+                                       where the oracle bounds no difference (out of an
+                                       unscaled sweep's range, a class it does not predict) */
 } report;
 
 void check_program(const prog *p, report *r);

@@ -3,11 +3,15 @@
 #define FUZZ_CHECK_CTX_H
 
 #include "check.h"
+#include "nest.h"
 
 struct check_ctx {
     const prog *p;       /* the program, its loops written out (prog_unroll) */
     const prog *run;     /* the program the drivers run: p, or the one with loops */
     const unroll_info *ui;  /* run's slots in p, the steps written out (NULL: run is p) */
+    const nest_info *nest;  /* run's nested calls written out in p (NULL: none) */
+    const prog *drive;   /* what cross.c's drivers run: p, or run where p has values
+                            forced (nested calls written out) */
     int loop;            /* run records a checkpointed loop: its sweeps are not
                             scaled */
     unsigned char *in_loop;  /* per slot of p: a record of a step's tape (of a recorded

@@ -15,8 +15,10 @@
 
 #include "prog.h"
 
-/* One program in LOOP_SHARE holds checkpointed loops. */
+/* One program in LOOP_SHARE holds checkpointed loops; of the others, one
+ * in NEST_SHARE holds nested derivatives (ad_gradient_r, ad_jvp_r). */
 #define LOOP_SHARE 6
+#define NEST_SHARE 6
 
 uint64_t rng_next(rng *r)
 {
@@ -59,6 +61,7 @@ typedef struct gen {
     int tame, hub, chain;
     int maxlen;    /* arrays no longer than this (a step program's), 0: any */
     int loop_depth;  /* 0: the program; 1: a loop's step; 2: a loop's inside a step */
+    int nest_level;  /* 0: the program; 1: a nested program (NESTR); 2: one inside that */
 } gen;
 
 static double num(gen *g) { return g->tame ? ordinary(&g->r) : gen_input(&g->r); }
@@ -129,6 +132,7 @@ static int in_domain(int op, double v)
     case OP_LGAMMA: case OP_TGAMMA: return fabs(v) < 30.0 && !(v <= 0.0 && v == floor(v));
     case OP_CBRT: return v != 0.0;
     case OP_ERF: case OP_ERFC: case OP_TANH: case OP_ATAN: case OP_ASINH: return fabs(v) < 1e6;
+    case OP_NESTR: return fabs(v) < 4.0;  /* a nested call's argument: its sweep's partials in range */
     default: return isfinite(v) && fabs(v) < 1e6;
     }
 }
@@ -306,6 +310,122 @@ static void gen_insn(gen *g, int depth)
     }
 }
 
+/* ---- nested derivatives (OP_NESTR) ---- */
+
+static void gen_nestr(gen *g);
+
+/* One instruction of a nested program: the scalar operations but lgamma
+ * and tgamma (their partial, digamma, is no operation: AD_ENOTSUP when
+ * nested), the n-ary records of reduce.c (no blocks: externals, recorded
+ * matrices and loops are AD_ENOTSUP when nested), constants, branches,
+ * and one level down a nested call of its own. */
+static void gen_inner_insn(gen *g)
+{
+    int u = rng_int(&g->r, 100);
+    if (u < 42) {
+        int op = OP_FIRST_UNARY + rng_int(&g->r, OP_LGAMMA - OP_FIRST_UNARY);
+        insn in = blank(op);
+        in.a = operand(g, op);
+        append(g, in);
+    } else if (u < 72) {
+        int op = OP_FIRST_BINARY + rng_int(&g->r, OP_FIRST_ARRAY - OP_FIRST_BINARY);
+        insn in = blank(op);
+        in.mode = rng_int(&g->r, 3);
+        in.a = op == OP_POW && g->tame ? operand(g, OP_LOG) : pick(g);
+        in.b = pick(g);
+        in.k = num(g);
+        if (g->tame && op == OP_POW && in.mode == 1)
+            in.k = 3.0 * rng_unit(&g->r) - 1.0;
+        if (g->tame && op == OP_POW && in.mode == 0 && fabs(g->val[in.b]) > 5.0)
+            in.mode = 1, in.k = 2.0;
+        if (g->tame && op == OP_POW && in.mode == 2)
+            in.k = 0.5 + rng_unit(&g->r), in.a = operand(g, OP_TANH);
+        if (g->tame && op == OP_DIV && in.mode != 2 && fabs(g->val[in.b]) < 1e-3)
+            in.mode = 1, in.k = 1.5;
+        append(g, in);
+    } else if (u < 86) {
+        gen_array(g, OP_SUM + rng_int(&g->r, OP_MATVEC - OP_SUM));
+    } else if (u < 90) {
+        insn in = blank(OP_CONST);
+        in.k = num(g);
+        append(g, in);
+    } else if (u < 94 || g->nest_level > 1) {
+        insn in = blank(OP_BRANCH);
+        in.a = pick(g), in.b = pick(g), in.c = pick(g), in.d = pick(g);
+        append(g, in);
+    } else {
+        gen_nestr(g);
+    }
+}
+
+/* The nested program of a NESTR of k inputs, generated at the values x0
+ * its arguments have (so that a tame program's operands are in their
+ * domains there): one output (the last slot, mostly), 2 to 7
+ * instructions, after its inputs combined two times in three. */
+static void gen_inner(gen *parent, prog *sub, int k, const double *x0)
+{
+    gen g;
+    memset(&g, 0, sizeof g);
+    memset(sub, 0, sizeof *sub);
+    g.r.s = rng_next(&parent->r);
+    g.p = sub;
+    g.tame = parent->tame;
+    g.hub = -1;
+    g.maxlen = 6;
+    g.nest_level = parent->nest_level + 1;
+    g.chain = rng_int(&g.r, 2) == 0;
+    sub->n = k;
+    sub->m = 1;
+    sub->nslots = k;
+    sub->x = malloc(((size_t)k + 1) * sizeof *sub->x);
+    sub->v = calloc((size_t)k + 1, sizeof *sub->v);
+    sub->w = calloc(2, sizeof *sub->w);
+    sub->w[0] = 1.0;
+    g.val = prog_grow(g.val, &g.cap_val, k + 1, sizeof *g.val);
+    for (int i = 0; i < k; i++)
+        g.val[i] = sub->x[i] = x0[i];
+    /* Most nested programs start from all their inputs: x0 op x1 op ...,
+     * so that the gradient has few structural zeros. */
+    if (k > 1 && rng_int(&g.r, 3) != 0) {
+        static const int mix[] = {OP_ADD, OP_SUB, OP_MUL, OP_MUL, OP_HYPOT, OP_ATAN2, OP_FMAX, OP_DIV};
+        int acc = 0;
+        for (int i = 1; i < k; i++) {
+            insn in = blank(mix[rng_int(&g.r, g.tame ? 6 : 8)]);
+            in.a = acc, in.b = i;
+            acc = append(&g, in);
+        }
+    }
+    int count = 2 + rng_int(&g.r, 6);
+    for (int i = 0; i < count; i++)
+        gen_inner_insn(&g);
+    sub->outs = malloc(2 * sizeof *sub->outs);
+    sub->outs[0] = rng_int(&g.r, 8) == 0 ? rng_int(&g.r, sub->nslots) : sub->nslots - 1;
+    free(g.val);
+}
+
+/* A nested derivative of a program of 1 to 3 inputs read from the values
+ * so far: its gradient (ad_gradient_r: f and the gradient), or one in three
+ * times its derivative along a direction of values so far (ad_jvp_r). */
+static void gen_nestr(gen *g)
+{
+    prog *p = g->p;
+    insn in = blank(OP_NESTR);
+    in.mode = rng_int(&g->r, 3) == 0;
+    in.len = 1 + rng_int(&g->r, 3);
+    in.nout = prog_nestr_outs(&in);
+    in.arg = p->nargs;
+    for (int i = 0; i < (in.mode ? 2 * in.len : in.len); i++)
+        push_arg(g, operand(g, OP_NESTR));
+    double x0[3];
+    for (int i = 0; i < in.len; i++)
+        x0[i] = g->val[p->args[in.arg + i]];
+    in.sub = p->nsubs;
+    p->subs = realloc(p->subs, (size_t)(p->nsubs + 1) * sizeof *p->subs);
+    prog *sub = &p->subs[p->nsubs++];
+    gen_inner(g, sub, in.len, x0);
+    append(g, in);
+}
+
 /* ---- checkpointed loops ---- */
 
 static void gen_loop(gen *g, int max_steps);
@@ -467,6 +587,16 @@ void gen_program(prog *p, uint64_t seed, int size_hint)
     g.p = p;
     int depth = size_hint < 0;
     g.tame = rng_int(&g.r, 2);
+    /* Checkpointed loops, in one program of LOOP_SHARE, from a stream of
+     * their own: the other programs are those of a fuzzer without loops.
+     * Nested derivatives likewise, from a stream of their own, in one
+     * program of NEST_SHARE of the others (README.md, "Nested
+     * derivatives"); three in four of those are tame. */
+    rng lr = {seed ^ 0x2545f4914f6cdd1dU}, nr = {seed ^ 0x6a09e667f3bcc909U};
+    int loops = !depth && rng_int(&lr, LOOP_SHARE) == 0;
+    int nests = !depth && !loops && rng_int(&nr, NEST_SHARE) == 0;
+    if (nests && rng_int(&nr, 4) != 0)
+        g.tame = 1;
     int shape = rng_int(&g.r, 10);
     g.chain = shape == 0;
     p->n = depth ? -size_hint : rng_int(&g.r, 10) == 0 ? 0 : 1 + rng_int(&g.r, 6);
@@ -487,14 +617,27 @@ void gen_program(prog *p, uint64_t seed, int size_hint)
     int count = depth ? 1 + rng_int(&g.r, 5)
               : g.chain ? 50 + rng_int(&g.r, 200)
               : size_hint > 0 ? 1 + rng_int(&g.r, size_hint) : 1 + rng_int(&g.r, 30);
-    /* Checkpointed loops, in one program of LOOP_SHARE, from a stream of
-     * their own: the other programs are those of a fuzzer without loops. */
-    rng lr = {seed ^ 0x2545f4914f6cdd1dU};
-    int loops = !depth && rng_int(&lr, LOOP_SHARE) == 0, first_loop = rng_int(&lr, count), nloops = 0;
+    int first_loop = rng_int(&lr, count), nloops = 0;
+    int first_nest = rng_int(&nr, count), nnests = 0;
     for (int i = 0; i < count; i++) {
         if (loops && nloops < 3 && (i == first_loop || rng_int(&lr, 15) == 0)) {
             gen_loop(&g, 13);
             nloops++;
+        } else if (nests && nnests < 4 && (i == first_nest || rng_int(&nr, 12) == 0)) {
+            gen_nestr(&g);
+            nnests++;
+            if (rng_int(&g.r, 3) != 0) {  /* its outputs combined, w . (f, grad f) */
+                const insn *nd = &p->code[p->ncode - 1];
+                insn in = blank(OP_DOT_RD);
+                in.len = nd->nout;
+                in.arg = p->nargs;
+                for (int t = 0; t < nd->nout; t++)
+                    push_arg(&g, nd->out + t);
+                in.cst = p->nconsts;
+                for (int t = 0; t < in.len; t++)
+                    push_const(&g, g.tame ? ordinary(&g.r) : num(&g));
+                append(&g, in);
+            }
         } else if (depth && rng_int(&g.r, 3) == 0)
             gen_array(&g, OP_SUM + rng_int(&g.r, OP_MATVEC - OP_SUM));
         else if (depth)
@@ -505,6 +648,14 @@ void gen_program(prog *p, uint64_t seed, int size_hint)
     p->outs = malloc((size_t)p->m * sizeof *p->outs);
     for (int j = 0; j < p->m; j++)
         p->outs[j] = rng_int(&g.r, 4) == 0 ? rng_int(&g.r, p->nslots) : p->nslots - 1 - rng_int(&g.r, 3 < p->nslots ? 3 : p->nslots);
+    /* A program with nested calls: half its outputs made after the first */
+    int after = p->nslots;
+    for (int j = 0; nests && j < p->ncode && after == p->nslots; j++)
+        if (p->code[j].op == OP_NESTR)
+            after = p->code[j].out;
+    for (int j = 0; nests && after < p->nslots && j < p->m; j++)
+        if (rng_int(&nr, 2))
+            p->outs[j] = after + rng_int(&nr, p->nslots - after);
     /* Directions and weights: nonzero, so that every input and output is
      * seeded; edge programs sometimes scale them far out. */
     for (int i = 0; i < p->n; i++)

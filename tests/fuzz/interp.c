@@ -121,6 +121,45 @@ static double nest_value_r(const prog *p, const insn *in, const ad_real *s)
     return r;
 }
 
+/* ---- nested derivatives (OP_NESTR): on double, ad_gradient and ad_jvp
+ * (what ad_gradient_r and ad_jvp_r give outside a recording); on ad_real,
+ * ad_gradient_r and ad_jvp_r, whose results are values of the recording.
+ * A failure gives NaN (and fails the enclosing recording, which its driver
+ * reports; check.c expects it from run_recorded's status). ---- */
+
+static void nestr_d(const prog *p, const insn *in, double *s)
+{
+    const prog *sub = &p->subs[in->sub];
+    int k = in->len, na = prog_nargs(in);
+    double *x = malloc(((size_t)na + 1) * sizeof *x), *o = s + in->out;
+    for (int i = 0; i < na; i++)
+        x[i] = s[p->args[in->arg + i]];
+    if (in->mode)
+        ad_jvp(fuzz_function, (void *)sub, (size_t)k, x, x + k, 1, o, o + 1);
+    else
+        ad_gradient(fuzz_objective, (void *)sub, (size_t)k, x, o, o + 1);
+    free(x);
+}
+
+static void nestr_r(const prog *p, const insn *in, ad_real *s)
+{
+    const prog *sub = &p->subs[in->sub];
+    int k = in->len, na = prog_nargs(in);
+    ad_real *x = malloc(((size_t)na + 1) * sizeof *x), *o = s + in->out;
+    for (int i = 0; i < na; i++)
+        x[i] = s[p->args[in->arg + i]];
+    if (in->mode)
+        ad_jvp_r(fuzz_function, (void *)sub, (size_t)k, x, x + k, 1, o, o + 1);
+    else
+        ad_gradient_r(fuzz_objective, (void *)sub, (size_t)k, x, o, o + 1);
+    free(x);
+}
+
+/* NESTOUT: on double the value the library computed; on ad_real (where
+ * no program written out is run) the copy. */
+#define nestout_d(in, s) ((in)->k)
+#define nestout_r(in, s) ((s)[(in)->a])
+
 /* ---- elementary operations by opcode, both types ---- */
 
 #define UNARY_CASES(x)                                                             \
@@ -246,7 +285,11 @@ static void external_r(const ad_rule *rule, int n, const ad_real *x, int m, ad_r
 #define MATVEC_RR ad_matvec_d
 #define EXTERNAL external_d
 #define LOOP loop_d
+#define NESTR nestr_d
+#define NESTOUT nestout_d
 #include "interp_body.h"
+#undef NESTR
+#undef NESTOUT
 #undef LOOP
 #undef T
 #undef RUN
@@ -265,6 +308,8 @@ static void external_r(const ad_rule *rule, int n, const ad_real *x, int m, ad_r
 #define MATVEC_RR ad_matvec_rr
 #define EXTERNAL external_r
 #define LOOP loop_r
+#define NESTR nestr_r
+#define NESTOUT nestout_r
 #include "interp_body.h"
 
 void run_double(const prog *p, const double *x, double *slots)
@@ -302,4 +347,38 @@ ad_real fuzz_objective(const ad_real *x, size_t n, void *ctx)
     ad_real r = s[p->outs[0]];
     free(s);
     return r;
+}
+
+/* ---- a run under a recording: every slot's value and activity ---- */
+
+typedef struct recorded {
+    const prog *p;
+    unsigned char *active;
+} recorded;
+
+static void all_slots(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
+{
+    const recorded *rc = ctx;
+    const prog *p = rc->p;
+    ad_real *s = malloc(((size_t)p->nslots + 1) * sizeof *s);
+    if (n)
+        memcpy(s, x, n * sizeof *x);
+    run_r(p, s, 0, p->ncode);
+    for (size_t j = 0; j < m; j++) {
+        y[j] = s[j];
+        if (rc->active)
+            rc->active[j] = s[j].id != 0;
+    }
+    free(s);
+}
+
+ad_status run_recorded(const prog *p, const double *x, double *vals, unsigned char *active)
+{
+    recorded rc = {p, active};
+    ad_linear *L = NULL;
+    if (active)
+        memset(active, 0, (size_t)p->nslots);
+    ad_status st = ad_linearize(all_slots, &rc, (size_t)p->n, x, (size_t)p->nslots, vals, &L);
+    ad_linear_free(L);
+    return st;
 }

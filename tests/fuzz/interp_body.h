@@ -18,7 +18,9 @@ static void RUN(const prog *p, T *s, int j0, int j1)
         case OP_NEST: o[0] = AD_CONST(T, nest_value(p, in, s)); continue;
         case OP_STEPK: o[0] = AD_CONST(T, stepk_value(in->k, fuzz_step_k)); continue;
         case OP_LOOP: LOOP(p, in, s); continue;
-        case OP_LOOPOUT: o[0] = s[in->a]; continue;
+        case OP_LOOPOUT: case OP_NESTIN: o[0] = s[in->a]; continue;
+        case OP_NESTR: NESTR(p, in, s); continue;
+        case OP_NESTOUT: o[0] = NESTOUT(in, s); continue;
         default: break;
         }
         if (in->op < OP_FIRST_BINARY) {

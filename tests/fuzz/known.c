@@ -670,33 +670,200 @@ static int edge_push_block_zero(const check_ctx *c, const failure *f)
     return block && inf;
 }
 
+/* ---- nested derivatives (prog.c prog_unnest; c->nest) ---- */
+
+/* Reported (a library bug): ad_gradient_r's replayed reverse sweep
+ * (lib/sweeps/replay.c) applies every record of the nested program, also
+ * those its output does not reach, with their cotangent 0: a partial
+ * there that is not finite (sqrt at 0, 1/x at 0, a NaN operand) makes
+ * 0 x Inf = NaN in the gradient, where ad_gradient gives 0 (its exact
+ * sweep leaves them out: docs/conventions.md).  The NaN is a constant,
+ * or, once it meets a live partial, a value of the recording (a record
+ * where the written-out sweep has none): every check of such a program
+ * may show it.  Found with f = sqrt(x0), sin(x1) unused, at x1 = NaN.
+ * So do the records the replay makes and discards, on a nested program's
+ * recording (prog.c: d/da 0^a's log(0) r). */
+/* What such a NaN shows as: a NaN (a nested call's output, a derivative
+ * through it), a structure of the written-out sweep that the library's
+ * records do not have (a sparse Jacobian's, a nested call's output active
+ * or not), and so an external function without a jvp rule that the
+ * library records and the written-out program does not (AD_ENOTSUP), or
+ * a reverse sweep whose NaN results met an overflow (AD_EOVERFLOW). */
+static int nested_nan_symptom(const failure *f)
+{
+    return f->got != f->got || !strcmp(f->kind, "unnest-activity") || !strncmp(f->kind, "structure", 9) ||
+           (!strcmp(f->kind, "status") && (f->got == (double)AD_ENOTSUP || f->got == (double)AD_EOVERFLOW));
+}
+
+static int nested_dead_record(const check_ctx *c, const failure *f)
+{
+    if (!nested_nan_symptom(f))
+        return 0;
+    for (int k = 0; c->nest && k < c->nest->nnodes; k++)
+        if (c->nest->nodes[k].dead_nonfinite && c->nest->nodes[k].active)
+            return 1;
+    return 0;
+}
+
+/* Reported (a library bug, or a limit to document): ad_jvp takes an
+ * input whose direction entry is 0 as no seed (docs/conventions.md,
+ * "Records the seeds do not reach change nothing"), ad_jvp_r's replayed
+ * forward sweep seeds every input, so a partial that is not finite
+ * towards what only such inputs reach makes 0 x Inf = NaN in jv where
+ * ad_jvp gives a number.  Found with f = log2(x0) at x0 = 0, v0 = 0. */
+static int nested_jvp_zero_direction(const check_ctx *c, const failure *f)
+{
+    if (!nested_nan_symptom(f))
+        return 0;
+    for (int k = 0; c->nest && k < c->nest->nnodes; k++)
+        if (c->nest->nodes[k].zero_dir_nonfinite && c->nest->nodes[k].active)
+            return 1;
+    return 0;
+}
+
+/* Reported (a library limit, to fix or to document): the replay makes
+ * atan2's partials as b / (a a + b b) and -a / (a a + b b)
+ * (lib/sweeps/replay.c partial2), whose own partials (a / q^2, ...) leave
+ * the double range where the exact ones do not, so a derivative through
+ * them is lost (0) or Inf/NaN: d2/db2 atan2(0.955, b) at b = 2e100 is
+ * 2.39e-301, the nested gradient's derivative 0; ad_hessian, whose rule
+ * forms them from the ratio, gives it.  The predicate: such an atan2 in a
+ * replayed nested program (max(|a|, |b|) past 2^255 or below 2^-255), and
+ * a derivative that is not the oracle's. */
+static int nested_atan2_range(const check_ctx *c, const failure *f)
+{
+    if (strcmp(f->kind, "value") && strcmp(f->kind, "class") && strncmp(f->kind, "structure", 9))
+        return 0;
+    for (int k = 0; c->nest && k < c->nest->nnodes; k++)
+        if (c->nest->nodes[k].atan2_far && c->nest->nodes[k].active)
+            return 1;
+    return 0;
+}
+
+/* A written-out sweep with a value or partial that is not finite, or a
+ * partial at its convention (NESTOUT mode 1), where the library's
+ * replayed records have their formulas' (infinite) partials. */
+static int nested_sweep_singular(const check_ctx *c)
+{
+    const lin *L = &c->L;
+    for (int s = L->n; c->nest && L->e0 && s < L->nslots; s++) {
+        if (!c->nest->approx[s])
+            continue;
+        if (!isfinite(c->val[s]))
+            return 1;
+        for (int e = L->e0[s]; e < L->e0[s + 1]; e++)
+            if (!isfinite((double)L->e[e].p))
+                return 1;
+    }
+    for (int j = 0; c->nest && j < c->p->ncode; j++)
+        if (c->p->code[j].op == OP_NESTOUT && c->p->code[j].mode == 1)
+            return 1;
+    return 0;
+}
+
+/* Documented (second-order-inf-partial, conventions.md), through a
+ * nested call's records: forward over reverse forms the tangent term of
+ * every first partial, and an infinite one met by a zero tangent gives
+ * NaN where edge pushing has no pair.  cross.c names the cause from the
+ * oracle's partials, which are the written-out sweep's; the library's
+ * replayed records have their formulas' partials, infinite where the
+ * written-out one takes a convention or is not finite (atan2 at an
+ * infinite coordinate, say). */
+static int nested_second_inf_partial(const check_ctx *c, const failure *f)
+{
+    if (f->got == f->got || (failure_mode(c, f) != '2' && strcmp(f->driver, "ad_hessian~ad_sparse_hessian")))
+        return 0;
+    return nested_sweep_singular(c);
+}
+
+/* Oracle limit: a written-out sweep whose terms cancel exactly (atan2(a,
+ * a): b / q - a / q = 0 for every a) has tangents that are exactly 0 in
+ * the oracle, but only to rounding in the library's own order and in
+ * cross.c's replays; where an exact 0 partial, or a user rule that skips
+ * a zero seed (the external's), then leaves the oracle's entry 0 with a
+ * magnitude of 0, the other side's rounding residue has no tolerance.
+ * The predicate: such an exact cancellation in a written-out sweep (a sum
+ * of two nonzero terms that is 0), an entry 0 on one side and below
+ * 2^-40 on the other. */
+static int nested_cancel(const check_ctx *c, const failure *f)
+{
+    if (!c->nest || !c->L.e0 || (strcmp(f->kind, "replay") && strcmp(f->kind, "value")))
+        return 0;
+    if (!((f->want == 0 && fabs(f->got) < 0x1p-40) || (f->got == 0 && fabsl(f->want) < 0x1p-40L)))
+        return 0;
+    for (int j = 0; j < c->p->ncode; j++) {
+        const insn *in = &c->p->code[j];
+        if (in->op == OP_ADD && in->mode == 0 && c->nest->approx[in->out] && c->val[in->out] == 0 &&
+            c->val[in->a] != 0 && c->val[in->b] != 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Documented limit (doc-limit-prod-second) through a nested call: the
+ * replay makes an ad_prod's partials as prefix and suffix products of its
+ * elements, records whose own second-order sweeps (unscaled) multiply
+ * more factors than the product itself: the range is left at half the
+ * exponent (the factors' log2 summing past +-500, where the product's
+ * own class asks +-1000).  Second order only, where the nested program's
+ * ad_prod is replayed. */
+static int nested_prod_second(const check_ctx *c, const failure *f)
+{
+    if (!c->nest || !c->L.e0 || (failure_mode(c, f) != '2' && strcmp(f->driver, "ad_hessian~ad_sparse_hessian")))
+        return 0;
+    for (int j = 0; j < c->p->ncode; j++) {
+        const insn *in = &c->p->code[j];
+        if (in->op != OP_PROD || !c->L.active[in->out])
+            continue;
+        ld big = 0, small = 0;
+        for (int i = 0; i < in->len; i++) {
+            double x = c->val[c->p->args[in->arg + i]];
+            ld l = x != 0 && isfinite(x) ? log2l(fabsl((ld)x)) : 0;
+            if (l > 0)
+                big += l;
+            else
+                small += l;
+        }
+        if (big > 500 || small < -500)
+            return 1;
+    }
+    return 0;
+}
+
 typedef struct known {
     const char *name, *why;
     int (*match)(const check_ctx *, const failure *);
     int bug;  /* a library bug, reported: named, but still a failure */
+    int early;  /* asked before the oracle is built (nested calls' checks, check.c nest_first) */
 } known;
 
 static const known list[] = {
-    {"forward-structural-zero", "documented (conventions.md, where the drivers still differ): a lane's zero tangent into an infinite partial in a multi-lane forward sweep", forward_structural, 0},
-    {"matrix-constant-row", "documented (conventions.md, where the drivers still differ): a product row of constant entries is a record with tangent 0", matrix_constant_row, 0},
-    {"matrix-shape-by-type", "documented (conventions.md, where the drivers still differ): ad_mat_make finds a triangle from values on double, from constness on ad_real", shape_by_type, 0},
-    {"subnormal-partial-flush", "documented (conventions.md, where the drivers still differ): atan2 partials that are subnormal come out 0 far out; atan and tanh fixed", subnormal_partial, 0},
-    {"fmin-fmax-signed-zero", "documented (conventions.md, where the drivers still differ): fmin/fmax(+0, -0) sign differs between the double and ad_real forms", select_signed_zero, 0},
-    {"doc-limit-pow-second", "documented limit (conventions.md): pow's second partial where a^(b-2) overflows", doc_pow_second, 0},
-    {"hypot-second-subnormal", "documented (conventions.md, where the drivers still differ): hypot's second partials lose digits through a subnormal squared ratio", hypot_second_subnormal, 0},
-    {"second-order-underflow", "documented (conventions.md, where the drivers still differ): second-order tangents are unscaled; a term below 2^-1074 is lost (asymmetric Hessian)", second_underflow, 0},
-    {"doc-limit-pow-db-overflow", "documented limit (conventions.md): d/db a^b where a^b overflows but log(a) a^b does not", doc_pow_db, 0},
-    {"doc-limit-prod-second", "documented limit (conventions.md): ad_prod's second partials are unscaled", doc_prod_second, 0},
-    {"pow-subnormal-partial", "documented (conventions.md, overflow and underflow): pow's b a^(b-1) below DBL_MIN comes out 0", pow_subnormal_partial, 0},
-    {"oracle-mat-sqnorm-range", "oracle limit: ad_mat_sqnorm's 2 y A products past the double range are not modelled as out of range", mat_sqnorm_range, 0},
-    {"dead-records", "documented (conventions.md, where the drivers still differ): inside a matrix block, rows nothing reaches still give 0 x Inf", dead_records, 0},
-    {"second-order-inf-partial", "documented (conventions.md, where the drivers still differ): ad_hessian multiplies an infinite first partial's tangent term by 0 (NaN) where edge pushing has no pair", second_inf_partial, 0},
-    {"second-order-cotangent-overflow", "documented (conventions.md, where the drivers still differ): ad_hessian/ad_hvp give NaN with AD_OK where a cotangent past the range meets a zero (no AD_EOVERFLOW from second-order overflow)", second_cotangent_overflow, 0},
-    {"edge-push-block-zero", "documented (conventions.md, where the drivers still differ): edge pushing takes a recorded matrix's zero partials (constant zero entries) times an infinite weight, 0 x Inf", edge_push_block_zero, 0},
-    {"rule-overflow", "documented (conventions.md, where the drivers still differ): a block's rule overflows on products that reach no result, and a reverse sweep reports AD_EOVERFLOW", rule_overflow, 0},
-    {"oracle-loop-phantom-range", "oracle limit: a loop's output that its step makes constant is a record, and so is all a step computes; a partial past the range there overflows a cotangent the oracle's range model does not follow (AD_EOVERFLOW)", loop_phantom_range, 0},
-    {"loop-second-order-reach", "documented (conventions.md, where the drivers still differ): under second order a checkpointed loop takes every output as reached; a zero cotangent meets the steps' non-finite partials", loop_second_reach, 0},
-    {"loop-constant-output-second", "documented (conventions.md, where the drivers still differ): a loop's output that its step makes constant is a record of tangent 0, a constant argument a step input of tangent 0; under second order a non-finite partial with respect to them gives NaN (first order is exact)", loop_phantom_second, 0},
+    {"nested-dead-record", "library bug, reported: ad_gradient_r's replayed sweep applies records its output does not reach, 0 x Inf = NaN where ad_gradient gives 0", nested_dead_record, 0, 1},
+    {"nested-jvp-zero-direction", "library bug, reported: ad_jvp_r seeds inputs of direction 0, which ad_jvp leaves out, 0 x Inf = NaN where ad_jvp gives a number", nested_jvp_zero_direction, 0, 1},
+    {"nested-atan2-range", "library limit, reported: the replay's atan2 partials b / (a a + b b) lose their own partials to the range far from the origin (a nested gradient's derivative 0 where ad_hessian has 2.4e-301)", nested_atan2_range, 0, 0},
+    {"nested-second-inf-partial", "documented (conventions.md, second-order-inf-partial) through a nested call's replayed records, whose partials are infinite where the written-out sweep takes a convention", nested_second_inf_partial, 0, 0},
+    {"oracle-nested-cancel", "oracle limit: a written-out sweep's exactly cancelling terms, then an exact 0 partial or a rule skipping a zero seed, leave the oracle's entry 0 of magnitude 0; the library and cross.c's replays keep rounding", nested_cancel, 0, 0},
+    {"nested-prod-second", "documented limit (conventions.md, doc-limit-prod-second) through a nested call: the replay's prefix and suffix products of an ad_prod, unscaled in second-order sweeps, leave the range at half the exponent", nested_prod_second, 0, 0},
+    {"forward-structural-zero", "documented (conventions.md, where the drivers still differ): a lane's zero tangent into an infinite partial in a multi-lane forward sweep", forward_structural, 0, 0},
+    {"matrix-constant-row", "documented (conventions.md, where the drivers still differ): a product row of constant entries is a record with tangent 0", matrix_constant_row, 0, 0},
+    {"matrix-shape-by-type", "documented (conventions.md, where the drivers still differ): ad_mat_make finds a triangle from values on double, from constness on ad_real", shape_by_type, 0, 0},
+    {"subnormal-partial-flush", "documented (conventions.md, where the drivers still differ): atan2 partials that are subnormal come out 0 far out; atan and tanh fixed", subnormal_partial, 0, 0},
+    {"fmin-fmax-signed-zero", "documented (conventions.md, where the drivers still differ): fmin/fmax(+0, -0) sign differs between the double and ad_real forms", select_signed_zero, 0, 0},
+    {"doc-limit-pow-second", "documented limit (conventions.md): pow's second partial where a^(b-2) overflows", doc_pow_second, 0, 0},
+    {"hypot-second-subnormal", "documented (conventions.md, where the drivers still differ): hypot's second partials lose digits through a subnormal squared ratio", hypot_second_subnormal, 0, 0},
+    {"second-order-underflow", "documented (conventions.md, where the drivers still differ): second-order tangents are unscaled; a term below 2^-1074 is lost (asymmetric Hessian)", second_underflow, 0, 0},
+    {"doc-limit-pow-db-overflow", "documented limit (conventions.md): d/db a^b where a^b overflows but log(a) a^b does not", doc_pow_db, 0, 0},
+    {"doc-limit-prod-second", "documented limit (conventions.md): ad_prod's second partials are unscaled", doc_prod_second, 0, 0},
+    {"pow-subnormal-partial", "documented (conventions.md, overflow and underflow): pow's b a^(b-1) below DBL_MIN comes out 0", pow_subnormal_partial, 0, 0},
+    {"oracle-mat-sqnorm-range", "oracle limit: ad_mat_sqnorm's 2 y A products past the double range are not modelled as out of range", mat_sqnorm_range, 0, 0},
+    {"dead-records", "documented (conventions.md, where the drivers still differ): inside a matrix block, rows nothing reaches still give 0 x Inf", dead_records, 0, 0},
+    {"second-order-inf-partial", "documented (conventions.md, where the drivers still differ): ad_hessian multiplies an infinite first partial's tangent term by 0 (NaN) where edge pushing has no pair", second_inf_partial, 0, 0},
+    {"second-order-cotangent-overflow", "documented (conventions.md, where the drivers still differ): ad_hessian/ad_hvp give NaN with AD_OK where a cotangent past the range meets a zero (no AD_EOVERFLOW from second-order overflow)", second_cotangent_overflow, 0, 0},
+    {"edge-push-block-zero", "documented (conventions.md, where the drivers still differ): edge pushing takes a recorded matrix's zero partials (constant zero entries) times an infinite weight, 0 x Inf", edge_push_block_zero, 0, 0},
+    {"rule-overflow", "documented (conventions.md, where the drivers still differ): a block's rule overflows on products that reach no result, and a reverse sweep reports AD_EOVERFLOW", rule_overflow, 0, 0},
+    {"oracle-loop-phantom-range", "oracle limit: a loop's output that its step makes constant is a record, and so is all a step computes; a partial past the range there overflows a cotangent the oracle's range model does not follow (AD_EOVERFLOW)", loop_phantom_range, 0, 0},
+    {"loop-second-order-reach", "documented (conventions.md, where the drivers still differ): under second order a checkpointed loop takes every output as reached; a zero cotangent meets the steps' non-finite partials", loop_second_reach, 0, 0},
+    {"loop-constant-output-second", "documented (conventions.md, where the drivers still differ): a loop's output that its step makes constant is a record of tangent 0, a constant argument a step input of tangent 0; under second order a non-finite partial with respect to them gives NaN (first order is exact)", loop_phantom_second, 0, 0},
 };
 
 #define NKNOWN ((int)(sizeof list / sizeof list[0]))
@@ -717,7 +884,7 @@ const char *known_defect(const check_ctx *c, const failure *f)
     if (fuzz_strict)
         return NULL;
     for (int k = 0; k < NKNOWN; k++)
-        if (list[k].match(c, f))
+        if ((c->L.e0 || list[k].early) && list[k].match(c, f))
             return list[k].name;
     return NULL;
 }

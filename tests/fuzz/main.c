@@ -12,6 +12,7 @@
  * known, with the class of the first.  --alloc N also runs every N-th
  * seed's allocation-failure campaign (alloc.c); --alloc-only N runs only
  * that. */
+#define _POSIX_C_SOURCE 200809L  /* setenv */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -30,6 +31,7 @@ typedef struct totals {
     long known[32];
     long loops, loop_compared, loop_excused;
     long cross[CROSS_COUNTS];
+    long nest_programs, nest_nodes, nest_replayed, nest_failed, nest_unsure;
 } totals;
 
 static double now(void)
@@ -75,6 +77,8 @@ static void show_shrunk(const prog *p, const report *r, int any)
     printf("  shrunk program (%s %s):\n", f->driver, f->kind);
     prog_print(&t, stdout);
     report r2;
+    if (getenv("FUZZ_DEBUG_SHRUNK"))  /* FUZZ_DEBUG's output for the shrunk program alone */
+        setenv("FUZZ_DEBUG", "1", 1);
     check_program(&t, &r2);
     print_report(&r2);
     prog_free(&t);
@@ -99,6 +103,8 @@ static void one(uint64_t seed, totals *T, int verbose, int quiet)
     T->loops += r.loops, T->loop_compared += r.loop_compared, T->loop_excused += r.loop_excused;
     for (int q = 0; q < CROSS_COUNTS; q++)
         T->cross[q] += r.cross[q];
+    T->nest_programs += r.nest_programs, T->nest_nodes += r.nest_nodes;
+    T->nest_replayed += r.nest_replayed, T->nest_failed += r.nest_failed, T->nest_unsure += r.nest_unsure;
     T->failing += r.nfail > 0;
     T->unknown += r.nunknown > 0;
     if (alloc_every && seed % (uint64_t)alloc_every == 0 &&
@@ -165,6 +171,10 @@ int main(int argc, char **argv)
     printf("fuzz: checkpointed loops: %ld recorded, %ld step evaluations; against the loops written out "
            "%ld entries compared, %ld not (outside an unscaled sweep's range, order-dependent class, "
            "AD_EOVERFLOW)\n", T.loops, fuzz_step_evals, T.loop_compared, T.loop_excused);
+    printf("fuzz: nested derivatives: %ld programs, %ld calls (ad_gradient_r, ad_jvp_r; nested ones too), "
+           "%ld of them replayed on the recording; %ld programs whose recording a nested call failed; "
+           "%ld outputs off ad_gradient's (ad_jvp's) where the oracle bounds no difference\n",
+           T.nest_programs, T.nest_nodes, T.nest_replayed, T.nest_failed, T.nest_unsure);
     for (int c = 0; c < known_count(); c++)
         if (T.known[c])
             printf("fuzz: known defect %s: %ld failures (%s)\n", known_name(c), T.known[c], known_why(c));

@@ -10,7 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nest.h"
 #include "oracle.h"
+
+const unsigned char *lin_approx;
 
 #define U1 8.0L
 #define U2 32.0L
@@ -349,6 +352,20 @@ static part2 binary(int op, double ad, double bd, double v)
     for (int i = 0; i < 3; i++)
         r.err2[i] += U2 * EPS * fabsl(r.h[i]) * 2;
     return r;
+}
+
+void oracle_scalar_partials(const insn *in, double av, double bv, double v, ld *pa, ld *pb)
+{
+    if (in->op >= OP_FIRST_UNARY && in->op < OP_FIRST_BINARY) {
+        *pa = unary(in->op, av, v).p;
+        *pb = 0;
+        return;
+    }
+    double a = in->mode == 2 ? in->k : av;
+    double b = in->mode == 0 ? bv : in->mode == 1 ? in->k : av;
+    part2 r = binary(in->op, a, b, v);
+    *pa = in->mode == 2 ? 0 : r.p[0];
+    *pb = in->mode == 1 ? 0 : r.p[1];
 }
 
 /* ---- array primitives ---- */
@@ -741,6 +758,10 @@ static void mark_recorded(lin *L, const insn *in)
         L->recd[in->out] = L->active[in->out] || L->recd[in->a] || any;
         return;
     }
+    if (in->op == OP_NESTIN || in->op == OP_NESTOUT) {  /* copies */
+        L->recd[in->out] = L->active[in->out] || L->recd[in->a];
+        return;
+    }
     if (in->op == OP_BRANCH)
         any = L->recd[L->val[in->a] < L->val[in->b] ? in->c : in->d];
     else if (in->op >= OP_FIRST_UNARY && in->op < OP_FIRST_ARRAY)
@@ -800,6 +821,104 @@ static void mark_recorded(lin *L, const insn *in)
     }
 }
 
+/* |p| e, 0 where e is 0 (p may be infinite) */
+static ld emag(ld p, ld e) { return e == 0 ? 0 : fabsl(p) * e; }
+
+/* A program with nested calls written out (prog.c prog_unnest,
+ * lin_approx set): the values of a written-out sweep are the library's
+ * only to rounding (its own formulas for the partials, its own order of
+ * the sums).  Ev[s] bounds |value here - exact| + |library's - exact|
+ * (the operands' Ev propagated by the partials, and U1 roundings of its
+ * own); a partial that is a function of such values takes the error their
+ * Ev brings (the second partials times it), and where a value, an operand
+ * or a partial on the way is not finite, or near the end of the range,
+ * the class of what it reaches is not predicted (the library's values
+ * there are its formulas', not ours: 0 x Inf on one side only).  A value
+ * forced to a convention (NESTOUT mode 1) passes on a derivative that is
+ * not predicted either.
+ *
+ * operand_err: the error an operand of a written-out sweep's instruction
+ * brings: its own bound, and at least its rounding (a formula from a
+ * rounded result, hypot's a / r, takes r's rounding, which a subnormal r
+ * makes large). */
+static ld operand_err(const ld *Ev, const double *val, int s, int approx)
+{
+    ld v = fabsl((ld)val[s]), r = v >= (ld)DBL_MIN ? 0x1p-53L * v : 0x1p-1075L;
+    return approx && isfinite(v) && r > Ev[s] ? r : Ev[s];
+}
+
+static void approx_slot(lin *L, const insn *in, int s, ld *Ev)
+{
+    const double *val = L->val;
+    int e0 = L->e0[s], e1 = L->ne, bad = !isfinite(val[s]), ap = lin_approx[s];
+    ld E = 0;
+    if (in->op >= OP_FIRST_UNARY && in->op < OP_FIRST_BINARY) {
+        part r = unary(in->op, val[in->a], val[s]);
+        ld ea = operand_err(Ev, val, in->a, ap);
+        E = emag(r.p, ea);
+        for (int e = e0; e < e1; e++)
+            L->e[e].err += emag(r.p2, ea);
+        bad |= !isfinite(val[in->a]);
+    } else if (in->op >= OP_FIRST_BINARY && in->op < OP_FIRST_ARRAY) {
+        double a = in->mode == 2 ? in->k : val[in->a];
+        double b = in->mode == 0 ? val[in->b] : in->mode == 1 ? in->k : val[in->a];
+        part2 r = binary(in->op, a, b, val[s]);
+        ld ea = in->mode != 2 ? operand_err(Ev, val, in->a, ap) : 0;
+        ld eb = in->mode == 0 ? operand_err(Ev, val, in->b, ap) : in->mode == 2 ? operand_err(Ev, val, in->a, ap) : 0;
+        E = emag(r.p[0], ea) + emag(r.p[1], eb);
+        ld err[2] = {emag(r.h[0], ea) + emag(r.h[1], eb), emag(r.h[1], ea) + emag(r.h[2], eb)};
+        /* the edges in the order scalar_edges adds them: towards a (modes 0, 1), then b */
+        int side = in->mode == 2 ? 1 : 0;
+        for (int e = e0; e < e1; e++) {
+            if (in->mode == 0 && side == 0 && L->e[e].from != in->a)
+                side = 1;  /* a is constant: the only edge is b's */
+            L->e[e].err += err[side];
+            side = 1;
+        }
+        bad |= !isfinite(a) || !isfinite(b);
+    } else if (in->op == OP_BRANCH) {
+        E = Ev[val[in->a] < val[in->b] ? in->c : in->d];
+    } else if (in->op == OP_NESTIN) {
+        E = Ev[in->a];
+    } else if (in->op == OP_NESTOUT) {
+        /* the library's value: exact (mode 0), or the convention (mode 1, below);
+         * the derivative is the written-out one's, of another class where its
+         * value is */
+        int ca = isnan(val[in->a]) ? 1 : isinf(val[in->a]) ? 2 + (val[in->a] < 0) : 0;
+        int cs = isnan(val[s]) ? 1 : isinf(val[s]) ? 2 + (val[s] < 0) : 0;
+        bad |= ca != cs || !isfinite(val[in->a]) || in->mode == 1 ||
+               fabsl((ld)val[in->a]) + Ev[in->a] >= (ld)DBL_MAX;
+    } else if (in->op != OP_CONST && in->op != OP_NEST) {  /* an array: products of exact elements */
+        for (int i = 0; i < prog_nargs(in); i++) {
+            int a = L->p->args[in->arg + i];
+            if (Ev[a] > 0)
+                E = INFINITY;  /* not modelled: not predicted (below) */
+            bad |= !isfinite(val[a]);
+        }
+        if (in->op == OP_PROD && lin_approx[s])  /* the library's prefix and suffix products: len roundings more */
+            E += 2 * (in->len + 2) * EPS * fabsl((ld)val[s]);
+    }
+    if (lin_approx[s])
+        E += U1 * EPS * fabsl((ld)val[s]);
+    Ev[s] = E == E ? E : INFINITY;
+    /* An error without a bound: the class and the value of what it
+     * reaches are not predicted (an infinite error bound would make NaN
+     * of the passes' 0 x Inf), nor of what reads it. */
+    int unbounded = !isfinite(Ev[s]);
+    for (int e = e0; e < e1; e++)
+        if (!isfinite(L->e[e].err)) {
+            L->e[e].err = 0;
+            unbounded = 1;
+        }
+    if (!lin_approx[s] && in->op != OP_NESTOUT && !unbounded)
+        return;
+    for (int e = e0; e < e1; e++)
+        bad |= !isfinite((double)L->e[e].p);
+    bad |= unbounded || fabsl((ld)val[s]) + Ev[s] >= (ld)DBL_MAX;
+    for (int e = e0; e < e1 && bad; e++)
+        L->e[e].punc = 1;
+}
+
 void lin_build(lin *L, const prog *p, const double *val)
 {
     memset(L, 0, sizeof *L);
@@ -815,6 +934,7 @@ void lin_build(lin *L, const prog *p, const double *val)
     L->imask = calloc(ns, sizeof *L->imask);
     L->smask = calloc(ns, sizeof *L->smask);
     L->omask = calloc(ns, sizeof *L->omask);
+    ld *Ev = lin_approx ? calloc(ns, sizeof *Ev) : NULL;
     for (int s = 0; s < p->n; s++) {
         slot_begin(L, s);
         slot_end(L, s);
@@ -827,12 +947,15 @@ void lin_build(lin *L, const prog *p, const double *val)
             L->nslots_built = s;
             if (in->op >= OP_FIRST_ARRAY)
                 array_edges(L, in, s, 64);
-            else if (in->op == OP_LOOPOUT)
+            else if (in->op == OP_LOOPOUT || in->op == OP_NESTIN || in->op == OP_NESTOUT)
                 edge_add(L, in->a, 1, 0);
             else if (in->op != OP_CONST && in->op != OP_NEST)
                 scalar_edges(L, in, s);
             int one = L->ne - L->e0[s] == 1;
-            if (one && (in->op == OP_BRANCH || in->op == OP_LOOPOUT || (in->op == OP_ADD && in->mode != 0) ||
+            if (lin_approx)
+                approx_slot(L, in, s, Ev);
+            if (one && (in->op == OP_BRANCH || in->op == OP_LOOPOUT || in->op == OP_NESTIN ||
+                        in->op == OP_NESTOUT || (in->op == OP_ADD && in->mode != 0) ||
                         (in->op == OP_SUB && in->mode == 1) ||
                         ((in->op == OP_ADD || in->op == OP_SUB) && in->mode == 0 && L->e[L->e0[s]].p == 1)))
                 L->e[L->e0[s]].alias = 1;
@@ -840,6 +963,7 @@ void lin_build(lin *L, const prog *p, const double *val)
         }
         mark_recorded(L, in);
     }
+    free(Ev);
     for (int j = 0; j < p->m; j++)
         L->omask[p->outs[j]] |= 1u << j;
     for (int i = 0; i < L->ne; i++)

@@ -15,7 +15,7 @@
 #include <dualrev.h>
 
 enum {
-    OP_CONST, OP_BRANCH, OP_NEST, OP_LOOP, OP_STEPK, OP_LOOPOUT,
+    OP_CONST, OP_BRANCH, OP_NEST, OP_LOOP, OP_STEPK, OP_LOOPOUT, OP_NESTR, OP_NESTIN, OP_NESTOUT,
     /* unary */
     OP_NEG, OP_SQRT, OP_CBRT, OP_EXP, OP_EXPM1, OP_LOG, OP_LOG1P, OP_LOG2, OP_LOG10,
     OP_SIN, OP_COS, OP_TAN, OP_ASIN, OP_ACOS, OP_ATAN, OP_SINH, OP_COSH, OP_TANH,
@@ -38,6 +38,16 @@ enum {
  *   LOOP      ad_checkpointed_loop: state0 = args[arg..+len), params = args[arg+len..+rows),
  *             `steps` steps of subs[sub] (inputs: state, then params; outputs: the
  *             next state), `snaps` snapshots; len outputs, stateN
+ *   NESTR     nested derivative of subs[sub], an objective of len inputs, x = args[arg..+len):
+ *             mode 0: ad_gradient_r, outputs fx, grad[0..len) (1 + len);
+ *             mode 1: ad_jvp_r along v = args[arg+len..+len), outputs y, jv (2)
+ *   NESTIN    (in a program written out, prog_unnest) input of a nested call: a copy of
+ *             slot a (the library's inner input IDs are its own)
+ *   NESTOUT   (written out) a copy of slot a whose value is forced to k, what the library
+ *             computed (mode 0: a nested call's output d of node sub; mode 1: a partial of
+ *             the written-out sweep at a point where it takes its convention k: its
+ *             derivative is not predicted; mode 2: an intermediate of a partial's
+ *             formula, which a rounded result makes inexact, as the library has it)
  *   STEPK     (in a step program) a constant of step k: stepk_value(k, k)
  *   LOOPOUT   (in a program written out, prog_unroll) output i of a loop: a copy of
  *             slot a (next state i of the last step); args[arg..+len) are the loop's
@@ -97,7 +107,9 @@ int prog_delete(prog *p, int j);
 const char *op_name(int op);
 int prog_has_external(const prog *p, int *without_jvp);
 int prog_has_loop(const prog *p);
+int prog_nestr_outs(const insn *in);  /* a NESTR's outputs: 1 + len, or 2 */
 int prog_nargs(const insn *in);
+int prog_nconsts(const insn *in);
 double stepk_value(double k0, long k);
 /* The program with every loop written out (nested ones too): the same
  * values, bit for bit, from plain instructions.  info (may be NULL):
@@ -125,6 +137,12 @@ int insn_reads(const prog *p, const insn *in, const double *val, int *buf);
 /* interp.c: the program on double, and the drivers' ad_function/ad_objective */
 void run_double(const prog *p, const double *x, double *slots);
 void run_double_step(const prog *p, double *slots, int j);
+/* p run on ad_real under a recording (ad_linearize) with its inputs at x:
+ * every slot's value (vals, p->nslots), and whether the library made it a
+ * value of the recording (active: an ID; may be NULL).  The recording's
+ * status (a nested call that failed fails it). */
+ad_status run_recorded(const prog *p, const double *x, double *vals, unsigned char *active);
+int prog_has_nestr(const prog *p);
 extern long fuzz_step_k;    /* the step a step program runs (OP_STEPK) */
 extern long fuzz_step_evals;  /* step programs run on ad_real (the library's calls) */
 extern int fuzz_interp_errors;

@@ -2939,6 +2939,82 @@ static void edge_check(const char *what, int which, const double *x, double got,
     fail();
 }
 
+/* ---- records the sweep does not reach (fuzz findings) ---- */
+
+/* sqrt(x0) computed and unused: its infinite partial at 0 must not reach
+ * the gradient (ad_gradient's exact sweep leaves it out: 0, not NaN). */
+static ad_real dead_sqrt(const ad_real *x, size_t n, void *ctx)
+{
+    (void)n;
+    (void)ctx;
+    ad_real unused = ad_sqrt(x[0]);
+    (void)unused;
+    return ad_mul(x[1], x[1]);
+}
+
+static ad_real dead_sqrt_outer(const ad_real *x, size_t n, void *ctx)
+{
+    ad_real fx, g[2];
+    double *out = ctx;
+    assert_int_equal(ad_gradient_r(dead_sqrt, NULL, n, x, &fx, g), AD_OK);
+    out[0] = g[0].v;
+    out[1] = g[1].v;
+    return ad_add(g[0], g[1]);
+}
+
+/* log2(x0) + x1 along v = (0, 1) at x0 = 0: ad_jvp leaves the input of
+ * direction 0 out (jv = 1, not 0 x Inf). */
+static void log2_plus(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
+{
+    (void)n;
+    (void)m;
+    (void)ctx;
+    y[0] = ad_add(ad_log2(x[0]), x[1]);
+}
+
+static ad_real log2_plus_outer(const ad_real *x, size_t n, void *ctx)
+{
+    ad_real v[2] = {ad_const(0.0), ad_const(1.0)}, y, jv;
+    double *out = ctx;
+    assert_int_equal(ad_jvp_r(log2_plus, NULL, n, x, v, 1, &y, &jv), AD_OK);
+    out[0] = jv.v;
+    return ad_mul(jv, x[1]);
+}
+
+/* d2/db2 atan2(a, b) far from the origin, through a nested gradient: the
+ * partials' own derivatives stay in range (2.39e-301 at b = 2e100). */
+static ad_real atan2_far(const ad_real *x, size_t n, void *ctx)
+{
+    (void)n;
+    (void)ctx;
+    return ad_atan2(0.955, x[0]);
+}
+
+static ad_real atan2_far_outer(const ad_real *x, size_t n, void *ctx)
+{
+    ad_real fx, g;
+    (void)ctx;
+    assert_int_equal(ad_gradient_r(atan2_far, NULL, n, x, &fx, &g), AD_OK);
+    return g;
+}
+
+static void test_unreached_records(void **state)
+{
+    (void)state;
+    double x[2] = {0.0, 3.0}, fx, g[2], inner[2];
+    assert_int_equal(ad_gradient(dead_sqrt_outer, inner, 2, x, &fx, g), AD_OK);
+    assert_true(inner[0] == 0.0 && inner[1] == 6.0);
+    assert_true(g[0] == 0.0 && g[1] == 2.0);
+    double x2[2] = {0.0, 2.0}, jv;
+    assert_int_equal(ad_gradient(log2_plus_outer, &jv, 2, x2, &fx, g), AD_OK);
+    assert_true(jv == 1.0);
+    double b = 2e100, d2, hess;
+    assert_int_equal(ad_gradient(atan2_far_outer, NULL, 1, &b, &fx, &d2), AD_OK);
+    assert_int_equal(ad_hessian(atan2_far, NULL, 1, &b, &fx, g, &hess), AD_OK);
+    assert_true(hess > 2.3e-301 && hess < 2.5e-301);
+    assert_true(fabs(d2 - hess) <= 1e-12 * hess);
+}
+
 static void test_edge_values(void **state)
 {
     int fail_count = 0;
@@ -4107,6 +4183,7 @@ int main(void)
         cmocka_unit_test(test_foreign_other_levels),
         cmocka_unit_test(test_outside_recording),
         cmocka_unit_test(test_edge_values),
+        cmocka_unit_test(test_unreached_records),
         cmocka_unit_test(test_null_arguments),
         cmocka_unit_test(test_unsupported_inside),
         cmocka_unit_test_teardown(test_tape_limit, reset_settings),

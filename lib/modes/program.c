@@ -33,7 +33,9 @@ static uint32_t take(ad_tape *t, int i, uint32_t a, double wa, uint32_t b, doubl
 {
     ops *o = ad_tape_state(t, &ops_tenant);
     size_t k = (size_t)(t->cursor.next - t->first);
-    if (!o || ad_grow((void **)&o->op, &o->cap, k + 1, 1, k) != AD_OK) {
+    /* keep what was written: an n-ary record's slots pass by the hook, so
+     * k may lie past the array's end */
+    if (!o || ad_grow((void **)&o->op, &o->cap, k + 1, 1, k < o->cap ? k : o->cap) != AD_OK) {
         ad_tape_fail(t, AD_ENOMEM);
         return 0;
     }

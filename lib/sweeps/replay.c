@@ -20,7 +20,7 @@
 /* The replay's arrays, indexed by the program's IDs: kept with the
  * program's tape (a tenant), so that a repeated call allocates nothing. */
 typedef struct replay_store {
-    unsigned char *slot;  /* slot[id]: id is a slot of an n-ary record */
+    unsigned char *slot;  /* slot[id]: SLOT, REACHED (flags below) */
     ad_real *val;         /* val[id]: the value of record (or input) id, replayed */
     ad_real *d;           /* d[id]: its cotangent or tangent */
     size_t cap;
@@ -44,6 +44,9 @@ static size_t store_bytes(const void *state)
 }
 
 static const ad_tenant store_tenant = {sizeof(replay_store), store_free, store_bytes, NULL};
+
+/* An ID is a slot of an n-ary record; the reverse sweep reached it. */
+enum { SLOT = 1, REACHED = 2 };
 
 typedef struct replay {
     const ad_tape *p;
@@ -128,24 +131,50 @@ static int partial1(int op, double c, ad_real a, ad_real r, ad_real *pa)
     return -1;  /* lgamma, tgamma: their derivative, the digamma function, is no operation */
 }
 
+/* atan2(a, b)'s partials b / (a^2 + b^2) and -a / (a^2 + b^2) from the
+ * ratio of the smaller coordinate to the larger, as ops.h takes them: no
+ * square leaves the range, nor do the partials' own derivatives. */
+static void atan2_partials(ad_real a, ad_real b, ad_real *pa, ad_real *pb)
+{
+    if (fabs(b.v) >= fabs(a.v)) {
+        ad_real t = ad_div_rr(a, b), d = ad_add_rr(b, ad_mul_rr(a, t));
+        *pa = ad_div_dr(1.0, d);
+        *pb = ad_neg_r(ad_div_rr(t, d));
+    } else {
+        ad_real t = ad_div_rr(b, a), d = ad_add_rr(a, ad_mul_rr(b, t));
+        *pa = ad_div_rr(t, d);
+        *pb = ad_div_dr(-1.0, d);
+    }
+}
+
 /* The same for an operation of two arguments a and b, one of which may be
- * its constant c; else partial1's. */
-static int partial2(int op, double c, ad_real a, ad_real b, ad_real r, ad_real *pa, ad_real *pb)
+ * its constant c; ha (hb): a (b) is an argument, not the constant, whose
+ * partial alone is made (the constant's would leave records on the tape,
+ * NaN at a pole).  Else partial1's. */
+static int partial2(int op, double c, int ha, int hb, ad_real a, ad_real b, ad_real r,
+                    ad_real *pa, ad_real *pb)
 {
     switch (op) {
     case AD__OP_MUL: *pa = b; *pb = a; return 1;
-    case AD__OP_DIV: *pa = ad_div_dr(1.0, b); *pb = ad_neg_r(ad_div_rr(r, b)); return 1;
+    case AD__OP_DIV:
+        if (ha)
+            *pa = ad_div_dr(1.0, b);
+        if (hb)
+            *pb = ad_neg_r(ad_div_rr(r, b));
+        return 1;
     case AD__OP_POW:
-        *pa = ad_mul_rr(b, ad_pow_rr(a, ad_sub_rd(b, 1.0)));
-        *pb = a.v == 0.0 ? ad_const(0.0) : ad_mul_rr(ad_log_r(a), r);  /* convention: 0 at a = 0 */
+        if (ha)
+            *pa = ad_mul_rr(b, ad_pow_rr(a, ad_sub_rd(b, 1.0)));
+        if (hb)  /* convention: 0 at a = 0 */
+            *pb = a.v == 0.0 ? ad_const(0.0) : ad_mul_rr(ad_log_r(a), r);
         return 1;
-    case AD__OP_ATAN2: {
-        ad_real q = ad_add_rr(ad_mul_rr(a, a), ad_mul_rr(b, b));
-        *pa = ad_div_rr(b, q);
-        *pb = ad_neg_r(ad_div_rr(a, q));
+    case AD__OP_ATAN2: atan2_partials(a, b, pa, pb); return 1;
+    case AD__OP_HYPOT:
+        if (ha)
+            *pa = ad_div_rr(a, r);
+        if (hb)
+            *pb = ad_div_rr(b, r);
         return 1;
-    }
-    case AD__OP_HYPOT: *pa = ad_div_rr(a, r); *pb = ad_div_rr(b, r); return 1;
     }
     return partial1(op, c, a, r, pa);
 }
@@ -164,7 +193,7 @@ static ad_status partials(const replay *rp, uint32_t id, int needed, ad_real *pa
         return AD_OK;
     const ad_step *st = step_of(rp, id);
     ad_real a = arg(rp, r->a, st->x), b = arg(rp, r->b, st->y);
-    int k = partial2(op, st->y, a, b, rp->val[id], pa, pb);
+    int k = partial2(op, st->y, r->a != 0, r->b != 0, a, b, rp->val[id], pa, pb);
     if (k < 0)
         return AD_ENOTSUP;
     if (k) {
@@ -248,11 +277,14 @@ static ad_real plus_times(ad_real t, ad_real p, ad_real z)
     return ad__rec2(p.v * z.v + t.v, z, p.v, t, 1.0, AD__OP_AXPY);
 }
 
-/* d[k] += p z, as the reverse sweep adds; nothing for the sink. */
+/* d[k] += p z, as the reverse sweep adds, and k is reached; nothing for
+ * the sink. */
 static void give(replay *rp, uint32_t k, ad_real p, ad_real z)
 {
-    if (k)
+    if (k) {
         rp->d[k] = plus_times(rp->d[k], p, z);
+        rp->slot[k] |= REACHED;
+    }
 }
 
 /* A product's partials: the constants' product times the other elements',
@@ -367,10 +399,16 @@ static ad_status reverse(replay *rp, uint32_t id)
     return AD_OK;
 }
 
-/* t = sum p d[k] over an ordinary record's arguments, the sink's left out. */
-static ad_real take(const replay *rp, ad_real t, uint32_t k, ad_real p)
+/* t = sum p d[k] over an ordinary record's arguments, the sink's left
+ * out, and so are those the seeds do not reach: zero by structure, as
+ * ad_jvp takes an input whose direction is a constant 0 (a partial there
+ * may be infinite); a record is reached if one of them is. */
+static ad_real take(replay *rp, uint32_t id, ad_real t, uint32_t k, ad_real p)
 {
-    return k ? plus_times(t, p, rp->d[k]) : t;
+    if (!k || !(rp->slot[k] & REACHED))
+        return t;
+    rp->slot[id] |= REACHED;
+    return plus_times(t, p, rp->d[k]);
 }
 
 static ad_status forward(replay *rp, uint32_t id)
@@ -387,12 +425,12 @@ static ad_status forward(replay *rp, uint32_t id)
             return s;
         for (uint32_t k = 0; k < r->a; k++) {
             const ad__record *q = ad_tape_record(rp->p, id - r->a + k);
-            t = take(rp, take(rp, t, q->a, w[2 * k]), q->b, w[2 * k + 1]);
+            t = take(rp, id, take(rp, id, t, q->a, w[2 * k]), q->b, w[2 * k + 1]);
         }
     } else {
         if ((s = partials(rp, id, live(rp->d[r->a]) | live(rp->d[r->b]), &pa, &pb)) != AD_OK)
             return s;
-        t = take(rp, take(rp, t, r->a, pa), r->b, pb);
+        t = take(rp, id, take(rp, id, t, r->a, pa), r->b, pb);
     }
     rp->d[id] = t;
     return AD_OK;
@@ -438,7 +476,7 @@ static ad_status prepare(replay *rp, ad_tape *p, size_t n, const ad_real *x)
         if (r->b == AD__BLOCK || r->b == AD__OUT)
             return AD_ENOTSUP;
         if (r->b == AD__NARY) {
-            memset(rp->slot + id - r->a, 1, r->a);
+            memset(rp->slot + id - r->a, SLOT, r->a);
             id -= r->a;
         }
     }
@@ -450,7 +488,7 @@ static ad_status run_values(replay *rp, int tangents)
 {
     ad_status s = AD_OK;
     for (uint32_t id = rp->p->first; id <= rp->top && s == AD_OK; id++)
-        if (!rp->slot[id] && (s = values(rp, id)) == AD_OK && tangents)
+        if (!(rp->slot[id] & SLOT) && (s = values(rp, id)) == AD_OK && tangents)
             s = forward(rp, id);
     return s;
 }
@@ -477,9 +515,12 @@ ad_status ad_replay_gradient(ad_tape *p, size_t n, const ad_real *x, ad_real *fx
         s = run_values(&rp, 0);
     const ad_real *out = &p->outputs[0];
     if (s == AD_OK && out->id) {
+        /* records the output does not reach are not applied, as the exact
+         * sweep leaves them (0 x Inf would be NaN) */
         rp.d[out->id] = ad_const(1.0);
+        rp.slot[out->id] |= REACHED;
         for (uint32_t id = rp.top; id >= p->first && s == AD_OK; id--)
-            if (!rp.slot[id])
+            if (rp.slot[id] == REACHED)
                 s = reverse(&rp, id);
     }
     if (outer)
@@ -499,8 +540,10 @@ ad_status ad_replay_jvp(ad_tape *p, size_t n, const ad_real *x, const ad_real *v
     replay rp = {p, NULL, NULL, ad_outputs_top(p, m), NULL, NULL, NULL, NULL};
     ad_status s = outer ? prepare(&rp, p, n, x) : AD_EINVAL;
     if (s == AD_OK) {
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
             rp.d[i + 1] = v[i];
+            rp.slot[i + 1] |= live(v[i]) ? REACHED : 0;
+        }
         s = run_values(&rp, 1);
     }
     if (outer)

@@ -122,6 +122,24 @@ inline bool only(std::vector<Timed>& fns, int reps, double min_ms) {
   return true;
 }
 
+// Times fns (unless ONLY names one: only()) and checks again after the
+// timing: a verdict that changed reads "before/after", and a failure then
+// sets failed.  Whether the rows are to be printed.
+template <class Checks>
+bool measure_checked(std::vector<Timed>& fns, int reps, double min_ms, Checks checks,
+                     std::vector<std::string>& verdicts, bool& failed) {
+  if (only(fns, reps, min_ms))
+    return false;
+  measure(fns, reps, min_ms);
+  std::vector<std::string> after;
+  failed = checks(after) || failed;
+  for (size_t i = 0; i < verdicts.size(); i++)
+    if (after[i] != verdicts[i])
+      verdicts[i] += "/" + after[i];
+  spread(fns);
+  return true;
+}
+
 inline int env_int(const char* name, int fallback) {
   const char* s = std::getenv(name);
   return s && *s ? std::atoi(s) : fallback;

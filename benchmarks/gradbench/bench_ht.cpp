@@ -193,7 +193,7 @@ int main(int argc, char** argv) {
     gb_ht_work_free(work);
     return 1;
   }
-  std::vector<std::string> before, after;
+  std::vector<std::string> before;
   bool                     failed = checks(before);
   size_t records, reserved;
   gb_ht_jacobian(&port.in, dr_err.data(), dr_jac.data());
@@ -203,14 +203,7 @@ int main(int argc, char** argv) {
               label.c_str(), port.in.points, port.in.vertices, port.in.bones, m, cols, records,
               (double)reserved / 1e6);
 
-  if (!gbb::only(fns, reps, min_ms)) {
-    gbb::measure(fns, reps, min_ms);
-    failed = checks(after) || failed;
-    for (size_t i = 0; i < before.size(); i++)
-      if (after[i] != before[i])
-        before[i] += "/" + after[i];
-
-    gbb::spread(fns);
+  if (gbb::measure_checked(fns, reps, min_ms, checks, before, failed)) {
     gbb::row("ht.jacobian", label, fns[0], fns[1], before[0]);
     gbb::row("ht.jacobian", label, fns[2], fns[1], before[1]);
     gbb::row("ht.jacobian", label, fns[0], fns[3], before[2]);

@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
 
   for (gbb::Timed& f : fns)
     f.call();
-  std::vector<std::string> before, after;
+  std::vector<std::string> before;
   bool                     failed = checks(before);
   size_t                   records, reserved;
   gb_kmeans_dir(n, k, d, P, C, work, dr_dir.data());
@@ -189,14 +189,7 @@ int main(int argc, char** argv) {
                   kd, [&](size_t e) { return tool_out.dir[e]; },
                   [&](size_t e) { return expected[e]; }));
 
-  if (!gbb::only(fns, reps, min_ms)) {
-    gbb::measure(fns, reps, min_ms);
-    failed = checks(after) || failed;
-    for (size_t i = 0; i < before.size(); i++)
-      if (after[i] != before[i])
-        before[i] += "/" + after[i];
-
-    gbb::spread(fns);
+  if (gbb::measure_checked(fns, reps, min_ms, checks, before, failed)) {
     gbb::row("kmeans.dir", label, fns[0], fns[1], before[0]);
     gbb::row("kmeans.gradient", label, fns[2], fns[3], before[1]);
     gbb::row("kmeans.cost", label, fns[4], fns[5], before[2]);

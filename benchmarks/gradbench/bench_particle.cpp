@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
 
   for (gbb::Timed& f : fns)
     f.call();
-  std::vector<std::string> before, after;
+  std::vector<std::string> before;
   bool                     failed = checks(before);
   size_t                   records, reserved;
   gb_particle_gradient(w0, &dr_grad);
@@ -72,14 +72,7 @@ int main(int argc, char** argv) {
   std::printf("OUTPUT\tparticle\t%s\tfinite\t%s\n", label.c_str(),
               nlohmann::json(tool_out).dump().c_str());
 
-  if (!gbb::only(fns, reps, min_ms)) {
-    gbb::measure(fns, reps, min_ms);
-    failed = checks(after) || failed;
-    for (size_t i = 0; i < before.size(); i++)
-      if (after[i] != before[i])
-        before[i] += "/" + after[i];
-
-    gbb::spread(fns);
+  if (gbb::measure_checked(fns, reps, min_ms, checks, before, failed)) {
     gbb::row("particle.rr", label, fns[0], fns[1], before[0]);
     gbb::row("particle.gradient", label, fns[2], fns[3], before[1]);
     gbb::row("particle.objective", label, fns[4], fns[5], before[2]);

@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_saddle: the tool's output has %zu numbers\n", tool_out.size());
     return 1;
   }
-  std::vector<std::string> before, after;
+  std::vector<std::string> before;
   bool                     failed = checks(before);
   size_t                   records, reserved;
   gb_saddle_outer_gradient(start, start, dr_grad);
@@ -85,14 +85,7 @@ int main(int argc, char** argv) {
   std::printf("OUTPUT\tsaddle\t%s\tfinite\t%s\n", label.c_str(),
               nlohmann::json(tool_out).dump().c_str());
 
-  if (!gbb::only(fns, reps, min_ms)) {
-    gbb::measure(fns, reps, min_ms);
-    failed = checks(after) || failed;
-    for (size_t i = 0; i < before.size(); i++)
-      if (after[i] != before[i])
-        before[i] += "/" + after[i];
-
-    gbb::spread(fns);
+  if (gbb::measure_checked(fns, reps, min_ms, checks, before, failed)) {
     gbb::row("saddle.rr", label, fns[0], fns[1], before[0]);
     gbb::row("saddle.gradient", label, fns[2], fns[3], before[1]);
     gbb::row("saddle.objective", label, fns[4], fns[5], before[2]);

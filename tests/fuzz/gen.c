@@ -271,6 +271,28 @@ static void gen_nest(gen *g, int depth)
     append(g, in);
 }
 
+/* A two-argument operation on values so far; in a tame program kept in
+ * its domain (pow's base positive and exponent small, no division by
+ * nearly 0). */
+static void gen_binary(gen *g)
+{
+    int op = OP_FIRST_BINARY + rng_int(&g->r, OP_FIRST_ARRAY - OP_FIRST_BINARY);
+    insn in = blank(op);
+    in.mode = rng_int(&g->r, 3);
+    in.a = op == OP_POW && g->tame ? operand(g, OP_LOG) : pick(g);
+    in.b = pick(g);
+    in.k = num(g);
+    if (g->tame && op == OP_POW && in.mode == 1)
+        in.k = 3.0 * rng_unit(&g->r) - 1.0;
+    if (g->tame && op == OP_POW && in.mode == 0 && fabs(g->val[in.b]) > 5.0)
+        in.mode = 1, in.k = 2.0;
+    if (g->tame && op == OP_POW && in.mode == 2)
+        in.k = 0.5 + rng_unit(&g->r), in.a = operand(g, OP_TANH);
+    if (g->tame && op == OP_DIV && in.mode != 2 && fabs(g->val[in.b]) < 1e-3)
+        in.mode = 1, in.k = 1.5;
+    append(g, in);
+}
+
 static void gen_insn(gen *g, int depth)
 {
     int u = rng_int(&g->r, 100), op;
@@ -280,21 +302,7 @@ static void gen_insn(gen *g, int depth)
         in.a = operand(g, op);
         append(g, in);
     } else if (u < 72) {
-        op = OP_FIRST_BINARY + rng_int(&g->r, OP_FIRST_ARRAY - OP_FIRST_BINARY);
-        insn in = blank(op);
-        in.mode = rng_int(&g->r, 3);
-        in.a = op == OP_POW && g->tame ? operand(g, OP_LOG) : pick(g);
-        in.b = pick(g);
-        in.k = num(g);
-        if (g->tame && op == OP_POW && in.mode == 1)
-            in.k = 3.0 * rng_unit(&g->r) - 1.0;
-        if (g->tame && op == OP_POW && in.mode == 0 && fabs(g->val[in.b]) > 5.0)
-            in.mode = 1, in.k = 2.0;
-        if (g->tame && op == OP_POW && in.mode == 2)
-            in.k = 0.5 + rng_unit(&g->r), in.a = operand(g, OP_TANH);
-        if (g->tame && op == OP_DIV && in.mode != 2 && fabs(g->val[in.b]) < 1e-3)
-            in.mode = 1, in.k = 1.5;
-        append(g, in);
+        gen_binary(g);
     } else if (u < 92) {
         gen_array(g, OP_FIRST_ARRAY + rng_int(&g->r, OP_COUNT - OP_FIRST_ARRAY));
     } else if (u < 95) {
@@ -328,21 +336,7 @@ static void gen_inner_insn(gen *g)
         in.a = operand(g, op);
         append(g, in);
     } else if (u < 72) {
-        int op = OP_FIRST_BINARY + rng_int(&g->r, OP_FIRST_ARRAY - OP_FIRST_BINARY);
-        insn in = blank(op);
-        in.mode = rng_int(&g->r, 3);
-        in.a = op == OP_POW && g->tame ? operand(g, OP_LOG) : pick(g);
-        in.b = pick(g);
-        in.k = num(g);
-        if (g->tame && op == OP_POW && in.mode == 1)
-            in.k = 3.0 * rng_unit(&g->r) - 1.0;
-        if (g->tame && op == OP_POW && in.mode == 0 && fabs(g->val[in.b]) > 5.0)
-            in.mode = 1, in.k = 2.0;
-        if (g->tame && op == OP_POW && in.mode == 2)
-            in.k = 0.5 + rng_unit(&g->r), in.a = operand(g, OP_TANH);
-        if (g->tame && op == OP_DIV && in.mode != 2 && fabs(g->val[in.b]) < 1e-3)
-            in.mode = 1, in.k = 1.5;
-        append(g, in);
+        gen_binary(g);
     } else if (u < 86) {
         gen_array(g, OP_SUM + rng_int(&g->r, OP_MATVEC - OP_SUM));
     } else if (u < 90) {

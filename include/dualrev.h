@@ -92,7 +92,8 @@ typedef enum ad_status {
     AD_ENOTSUP,   /* a record on the tape has no rule for this sweep */
     AD_ENONFINITE, /* AD_CHECK_FINITE: a number became Inf or NaN from finite ones (ad_last_fault) */
     AD_ESTRUCTURE, /* x reaches a pair outside the structure fixed by an earlier call */
-    AD_EOVERFLOW   /* a derivative left the double range on its way and made NaN of results */
+    AD_EOVERFLOW,  /* a derivative left the double range on its way and made NaN of results */
+    AD_EBRANCH     /* a program's recorded comparison (ad_lt, ...) comes out the other way here */
 } ad_status;
 
 /* How deeply ad_gradient calls may nest inside objectives on one thread. */
@@ -360,6 +361,61 @@ typedef void (*ad_step_fn)(size_t k, const ad_real *state, ad_real *next, size_t
 AD_API ad_status ad_checkpointed_loop(ad_step_fn step, void *ctx, size_t steps, size_t snapshots,
                                       size_t n, const ad_real *state0, size_t np,
                                       const ad_real *params, ad_real *stateN);
+
+/* ---- recorded programs: record once, replay at new points ----
+ *
+ * A program keeps the operations f made at one point, with their arguments
+ * and constants, and computes values and derivatives at other points from
+ * them alone: f is never called again and ctx never read.  Every operation
+ * of the replay is the one f made, on the new values, so a replay at x
+ * gives the numbers ad_gradient (ad_hvp, ...) of f gives at x, bit for bit,
+ * as long as f would make the same operations there.  Branches f takes on
+ * values must be written with the guards ad_lt, ad_le, ad_gt, ad_ge
+ * (generic.h): a replay where one comes out the other way returns
+ * AD_EBRANCH with NaN results (the program stays usable; record again at
+ * that point).  Branches on ad_value() cannot be seen (docs/conventions.md,
+ * "Recorded programs").  A program is read, never written, by a replay:
+ * any number of threads may replay one at once. */
+typedef struct ad_program ad_program;
+
+/* Records f at x as a program; *P is NULL on error.  AD_ENOTSUP if f uses
+ * what a program cannot keep: a block record (ad_external, a recorded
+ * matrix, ad_checkpointed_loop, a nested derivative), or a value that
+ * changed without an operation (arithmetic on ad_value() put back into an
+ * ad_real by hand).  Otherwise ad_gradient's errors. */
+AD_API ad_status ad_program_record(ad_objective f, void *ctx, size_t n, const double *x,
+                                   ad_program **P);
+/* The same for a function of m outputs. */
+AD_API ad_status ad_program_record_function(ad_function f, void *ctx, size_t n, size_t m,
+                                            const double *x, ad_program **P);
+/* The outputs at x (m of them; one for ad_program_record's). */
+AD_API ad_status ad_program_value(ad_program *P, const double *x, double *fx);
+/* The drivers at x, as ad_gradient, ad_hvp, ad_jacobian, ad_jvp, ad_vjp,
+ * ad_sparse_hessian and ad_sparse_hessian_values take them (the scalar
+ * ones AD_EINVAL on a program of m != 1 outputs). */
+AD_API ad_status ad_program_gradient(ad_program *P, const double *x, double *fx, double *grad);
+AD_API ad_status ad_program_hvp(ad_program *P, const double *x, const double *v, double *fx,
+                                double *grad, double *hv);
+AD_API ad_status ad_program_jacobian(ad_program *P, const double *x, double *y, double *jac);
+AD_API ad_status ad_program_jvp(ad_program *P, const double *x, const double *v, double *y,
+                                double *jv);
+AD_API ad_status ad_program_vjp(ad_program *P, const double *x, const double *w, double *y,
+                                double *wj);
+AD_API ad_status ad_program_sparse_hessian(ad_program *P, const double *x, double *fx,
+                                           double *grad, ad_csr *H);
+AD_API ad_status ad_program_sparse_hessian_values(ad_program *P, const double *x, double *fx,
+                                                  double *grad, ad_csr *H);
+AD_API void ad_program_free(ad_program *P);
+
+typedef struct ad_program_stats {
+    size_t inputs, outputs;
+    size_t operations;  /* kept operations, guards included */
+    size_t guards;
+    size_t bytes;       /* what the program holds */
+    size_t replay_bytes; /* what a replay allocates for its values (besides its tape) */
+} ad_program_stats;
+
+AD_API ad_status ad_program_stats_get(const ad_program *P, ad_program_stats *out);
 
 /* Cap the number of records one recording on this thread may hold
  * (0 restores the default: the whole ID range, about 4.29e9).  Past the cap

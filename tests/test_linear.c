@@ -43,7 +43,7 @@ static size_t mix_c(size_t j, size_t n) { return (3 * j + 2) % n; }
 
 static void mixed(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
 {
-    ad_real s[MIX_MAXN], e[MIX_MAXN];
+    ad_real s[MIX_MAXN] = {{0}}, e[MIX_MAXN];  /* s: gcc cannot see n <= MIX_MAXN */
     (void)ctx;
     for (size_t i = 0; i < n; i++) {
         s[i] = ad_sin(x[i]);

@@ -24,6 +24,11 @@ static inline double ad__plain_value(double x) { return x; }
 #define ad_hypot(a, b) AD__BIN(hypot, a, b)
 #define ad_fmin(a, b) AD__BIN(fmin, a, b)
 #define ad_fmax(a, b) AD__BIN(fmax, a, b)
+/* Branch guards (ops.h): int results, kept by a program being recorded. */
+#define ad_lt(a, b) AD__BIN(lt, a, b)
+#define ad_le(a, b) AD__BIN(le, a, b)
+#define ad_gt(a, b) AD__BIN(gt, a, b)
+#define ad_ge(a, b) AD__BIN(ge, a, b)
 
 #define AD__UN(op, plain, x) _Generic((x), ad_real: ad_##op##_r, default: plain)(x)
 

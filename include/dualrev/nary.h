@@ -10,14 +10,14 @@
 
 AD__EXTERN_C_BEGIN
 
-static inline ad_real ad_sqnorm_r(size_t n, const ad_real *x);
+static inline ad_real ad__sqnorm_r(size_t n, const ad_real *x);
 
 /* sum_i x[i] y[i].  A dot product of an array with itself is its squared
  * norm, recorded as one: two elements a slot instead of one. */
-static inline ad_real ad_dot_r(size_t n, const ad_real *x, const ad_real *y)
+static inline ad_real ad__dot_r(size_t n, const ad_real *x, const ad_real *y)
 {
     if (x == y)
-        return ad_sqnorm_r(n, x);
+        return ad__sqnorm_r(n, x);
     double v = 0.0;
     ad__slots s = ad__slots_begin();
     for (size_t i = 0; i < n; i++) {
@@ -38,7 +38,7 @@ static inline double ad_dot_d(size_t n, const double *x, const double *y)
 }
 
 /* sum_i x[i] */
-static inline ad_real ad_sum_r(size_t n, const ad_real *x)
+static inline ad_real ad__sum_r(size_t n, const ad_real *x)
 {
     double v = 0.0;
     ad__slots s = ad__slots_begin();
@@ -67,7 +67,7 @@ static inline double ad_sum_d(size_t n, const double *x)
 }
 
 /* sum_i x[i] c[i], c constant: 12 bytes per argument */
-static inline ad_real ad_dot_rd(size_t n, const ad_real *x, const double *c)
+static inline ad_real ad__dot_rd(size_t n, const ad_real *x, const double *c)
 {
     double v = 0.0;
     ad__slots s = ad__slots_begin();
@@ -87,13 +87,57 @@ static inline ad_real ad_dot_rd(size_t n, const ad_real *x, const double *c)
     return ad__made(v, ad__slots_end(s, AD__NARY_LINEAR, v));
 }
 
+/* The primitives' public names: in a program (record.h, AD__TAG_LISTED)
+ * each is kept with its constant elements, which the record folds into
+ * its value, by an out-of-line call that then records it as above. */
+enum { AD__LIST_DOT, AD__LIST_SUM, AD__LIST_DOT_RD, AD__LIST_SQNORM };
+AD_API ad_real ad__nary_listed(int which, size_t n, uintptr_t x, uintptr_t y, uintptr_t c);
+
+/* The arrays go out of line as integers: a pointer to const would make
+ * gcc's -Wmaybe-uninitialized doubt every array the caller filled in a
+ * loop, on the path that never runs outside a program. */
+#define AD__ADDR(p) ((uintptr_t)(const void *)(p))
+
+static inline int ad__listing(void)
+{
+    return ad__listed(ad__tag(ad__active));
+}
+
+static inline ad_real ad_dot_r(size_t n, const ad_real *x, const ad_real *y)
+{
+    if (ad__listing())
+        return ad__nary_listed(AD__LIST_DOT, n, AD__ADDR(x), AD__ADDR(y), 0);
+    return ad__dot_r(n, x, y);
+}
+
+static inline ad_real ad_sum_r(size_t n, const ad_real *x)
+{
+    if (ad__listing())
+        return ad__nary_listed(AD__LIST_SUM, n, AD__ADDR(x), 0, 0);
+    return ad__sum_r(n, x);
+}
+
+static inline ad_real ad_dot_rd(size_t n, const ad_real *x, const double *c)
+{
+    if (ad__listing())
+        return ad__nary_listed(AD__LIST_DOT_RD, n, AD__ADDR(x), 0, AD__ADDR(c));
+    return ad__dot_rd(n, x, c);
+}
+
+static inline ad_real ad_sqnorm_r(size_t n, const ad_real *x)
+{
+    if (ad__listing())
+        return ad__nary_listed(AD__LIST_SQNORM, n, AD__ADDR(x), 0, 0);
+    return ad__sqnorm_r(n, x);
+}
+
 static inline ad_real ad_dot_dr(size_t n, const double *c, const ad_real *x)
 {
     return ad_dot_rd(n, x, c);
 }
 
 /* sum_i x[i]^2 */
-static inline ad_real ad_sqnorm_r(size_t n, const ad_real *x)
+static inline ad_real ad__sqnorm_r(size_t n, const ad_real *x)
 {
     double v = 0.0;
     ad__slots s = ad__slots_begin();
@@ -164,7 +208,7 @@ static inline void ad_axpy_r(size_t n, double a, const ad_real *x, ad_real *y)
 {
     for (size_t i = 0; i < n; i++) {
         double v = a * x[i].v + y[i].v;
-        if (x[i].id)
+        if (x[i].id || ad__listed(y[i].tag))
             y[i] = ad__rec2(v, x[i], a, y[i], 1.0, AD__OP_AXPY);
         else
             y[i].v = v;

@@ -67,10 +67,11 @@ static inline double ad__nan_with(double v, double w)
 /* ---- binary operations: the ad_real x ad_real forms ---- */
 
 /* x + c, c + x and x - c have x's backpropagator (partial 1), so they take
- * x's ID and tag and record nothing. */
+ * x's ID and tag and record nothing, except in a program (record.h,
+ * AD__TAG_LISTED), which must see the constant to replay them. */
 static inline ad_real ad_add_rr(ad_real a, ad_real b)
 {
-    if (a.id && b.id)
+    if ((a.id && b.id) || ad__listed(a.tag | b.tag))
         return ad__rec2(a.v + b.v, a, 1.0, b, 1.0, AD__OP_ADD);
     ad_real r = b.id ? b : a;  /* the active one's ID and tag, if either is */
     r.v = a.v + b.v;
@@ -79,7 +80,7 @@ static inline ad_real ad_add_rr(ad_real a, ad_real b)
 
 static inline ad_real ad_sub_rr(ad_real a, ad_real b)
 {
-    if (b.id)
+    if (b.id || ad__listed(a.tag))
         return ad__rec2(a.v - b.v, a, 1.0, b, -1.0, AD__OP_SUB);
     ad_real r = {a.v - b.v, a.id, a.tag};
     return r;
@@ -250,20 +251,57 @@ static inline ad_real ad__select(int c, ad_real t, ad_real f)
     return ad__rec2(c ? t.v : f.v, t, c ? 1.0 : 0.0, f, c ? 0.0 : 1.0, AD__OP_SELECT);
 }
 
+/* The comparisons of ad_select_* and of the branch guards (ad_lt, ...). */
+enum { AD__CMP_LT, AD__CMP_LE, AD__CMP_EQ, AD__CMP_GT, AD__CMP_GE };
+
+/* Out of line, in a program: a selection keeps its comparison (its
+ * operands' IDs), so that a replay selects again. */
+AD_API ad_real ad__select_listed(int cmp, ad_real l, ad_real r, ad_real t, ad_real f);
+
 static inline ad_real ad_select_lt(ad_real l, ad_real r, ad_real t, ad_real f)
 {
+    if (ad__listed(l.tag | r.tag | t.tag | f.tag))
+        return ad__select_listed(AD__CMP_LT, l, r, t, f);
     return ad__select(l.v < r.v, t, f);
 }
 
 static inline ad_real ad_select_le(ad_real l, ad_real r, ad_real t, ad_real f)
 {
+    if (ad__listed(l.tag | r.tag | t.tag | f.tag))
+        return ad__select_listed(AD__CMP_LE, l, r, t, f);
     return ad__select(l.v <= r.v, t, f);
 }
 
 static inline ad_real ad_select_eq(ad_real l, ad_real r, ad_real t, ad_real f)
 {
+    if (ad__listed(l.tag | r.tag | t.tag | f.tag))
+        return ad__select_listed(AD__CMP_EQ, l, r, t, f);
     return ad__select(l.v == r.v, t, f);
 }
+
+/* Branch guards: the comparison of the values, as a C comparison makes
+ * it (false with a NaN).  In a program each is kept, and a replay where
+ * one comes out the other way fails with AD_EBRANCH; elsewhere they cost
+ * the comparison and a register test. */
+AD_API void ad__guard(int cmp, ad_real a, ad_real b, int outcome);
+
+static inline int ad__guarded(int cmp, ad_real a, ad_real b, int outcome)
+{
+    if (ad__listed(a.tag | b.tag))
+        ad__guard(cmp, a, b, outcome);
+    return outcome;
+}
+
+#define AD__GUARD(name, cmp, rel)                                                             \
+    static inline int ad_##name##_rr(ad_real a, ad_real b) { return ad__guarded(cmp, a, b, a.v rel b.v); } \
+    static inline int ad_##name##_rd(ad_real a, double b) { return ad_##name##_rr(a, ad_const(b)); } \
+    static inline int ad_##name##_dr(double a, ad_real b) { return ad_##name##_rr(ad_const(a), b); } \
+    static inline int ad_##name##_dd(double a, double b) { return a rel b; }
+
+AD__GUARD(lt, AD__CMP_LT, <)
+AD__GUARD(le, AD__CMP_LE, <=)
+AD__GUARD(gt, AD__CMP_GT, >)
+AD__GUARD(ge, AD__CMP_GE, >=)
 
 /* The mixed forms: a constant argument is an ad_real with ID 0, which the
  * inlined recorder folds away (one record, one live argument).  pow has its

@@ -99,6 +99,18 @@ static inline uint32_t ad__tag(const ad__cursor *c)
     return (uint32_t)(c->key0 >> 32);
 }
 
+/* The top bit of a tag marks a recording being kept as a program
+ * (ad_program_record): there an operation that would record nothing and
+ * still change a value (x + c, a selection of constants, a comparison)
+ * takes a path that keeps it.  Tested on the values at hand, so that other
+ * recordings pay one register test. */
+#define AD__TAG_LISTED UINT32_C(0x80000000)
+
+static inline int ad__listed(uint32_t tag)
+{
+    return (int)AD__UNLIKELY((tag & AD__TAG_LISTED) != 0);
+}
+
 /* Out of line: an active value whose key is not the recording's fails the
  * recording with AD_EFOREIGN (if it has not failed already). */
 AD_API void ad__foreign(ad__cursor *c, uint64_t key);

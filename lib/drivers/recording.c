@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "check.h"
+#include "listing.h"
 #include "program.h"
 #include "recording.h"
 #include "second.h"
@@ -44,6 +45,8 @@ ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n, const double
         modes[nmodes++] = &ad_second_mode;
     else if (modes_on & AD_RECORD_PROGRAM)
         modes[nmodes++] = &ad_program_mode;
+    else if (modes_on & AD_RECORD_LISTING)
+        modes[nmodes++] = &ad_listing_mode;
     ad_status s = ad_tape_begin(t, th, n, modes, nmodes);
     if (s == AD_OK) {
         ad_checks_begin(ck, t, th->depth);

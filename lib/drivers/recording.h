@@ -6,8 +6,9 @@
 #include "tape.h"
 
 /* The modes a recording may be made in, besides the checks if they are on:
- * second order (second.h) or a program (program.h). */
-enum { AD_RECORD_SECOND = 1, AD_RECORD_PROGRAM = 2 };
+ * second order (second.h), a program for nested derivatives (program.h)
+ * or a listing, kept as an ad_program (listing.h). */
+enum { AD_RECORD_SECOND = 1, AD_RECORD_PROGRAM = 2, AD_RECORD_LISTING = 4 };
 
 /* The calling thread's tape for the current nesting depth (NULL when
  * nested too deeply, which ad_record then reports as AD_ENESTING); a

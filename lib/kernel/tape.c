@@ -237,12 +237,13 @@ static uint64_t new_serial(ad_thread *th)
     return th->serial_next++;
 }
 
-/* A recording's tag is its serial number mod 2^32, never 0, the
- * constants' (docs/conventions.md, "Values of other recordings"). */
-static uint64_t key0_of(uint64_t serial)
+/* A recording's tag is its serial number mod 2^31, never 0, the
+ * constants' (docs/conventions.md, "Values of other recordings"), with
+ * the bits its modes set (AD__TAG_LISTED). */
+static uint64_t key0_of(uint64_t serial, uint32_t bits)
 {
-    uint32_t tag = (uint32_t)serial;
-    return ad__key_of(0, tag ? tag : 1);
+    uint32_t tag = (uint32_t)serial & ~AD__TAG_LISTED;
+    return ad__key_of(0, (tag ? tag : 1) | bits);
 }
 
 /* Puts on the recording's modes, in order, and a lone mode's own writer
@@ -283,8 +284,11 @@ ad_status ad_tape_begin(ad_tape *t, ad_thread *th, size_t n, const ad_mode *cons
         t->inputs_named = 0;
     for (; t->inputs_named < n; t->inputs_named++)
         t->inputs[t->inputs_named].id = (uint32_t)(t->inputs_named + 1);
+    uint32_t bits = 0;
+    for (int i = 0; i < nmodes; i++)
+        bits |= modes[i]->tag;
     t->serial = new_serial(th);
-    t->cursor.key0 = key0_of(t->serial);
+    t->cursor.key0 = key0_of(t->serial, bits);
     uint32_t tag = ad__tag(&t->cursor);
     for (size_t i = 0; i < n; i++)
         t->inputs[i].tag = tag;

@@ -38,6 +38,7 @@ typedef uint32_t (*ad_keyed)(ad__cursor *c, uint64_t ka, double wa, uint64_t kb,
 typedef struct ad_mode {
     ad_take take;
     ad_keyed keyed;
+    uint32_t tag;  /* bits the mode sets in the recording's tag (record.h) */
 } ad_mode;
 
 #define AD_MODES 2

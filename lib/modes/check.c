@@ -169,7 +169,7 @@ static uint32_t take(ad_tape *t, int i, uint32_t a, double wa, uint32_t b, doubl
 }
 
 _Static_assert(sizeof(ad_info) <= sizeof(ad__record), "a side entry is at most a record");
-const ad_mode ad_check_mode = {take, NULL};
+const ad_mode ad_check_mode = {take, NULL, 0};
 
 int ad_check_block(ad_tape *t, const char *name, size_t n, const double *x, size_t m,
                    const double *y, uint32_t first)

@@ -49,4 +49,4 @@ static uint32_t take(ad_tape *t, int i, uint32_t a, double wa, uint32_t b, doubl
 
 _Static_assert(sizeof(ad_step) <= sizeof(ad__record), "a side entry is at most a record");
 _Static_assert(AD__OP_COUNT <= 256, "an operation is a byte");
-const ad_mode ad_program_mode = {take, NULL};
+const ad_mode ad_program_mode = {take, NULL, 0};

@@ -312,4 +312,4 @@ static uint32_t keyed(ad__cursor *c, uint64_t ka, double wa, uint64_t kb, double
 }
 
 _Static_assert(sizeof(ad_aux) <= sizeof(ad__record), "a side entry is at most a record");
-const ad_mode ad_second_mode = {take, keyed};
+const ad_mode ad_second_mode = {take, keyed, 0};

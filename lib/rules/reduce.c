@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "block.h"
+#include "listing.h"
 #include "program.h"
 #include "second.h"
 #include "tape.h"
@@ -72,6 +73,8 @@ static void program_values(ad_tape *t, uint32_t id, size_t n, const ad_real *x, 
 static uint32_t record(ad_tape *t, size_t n, const ad_real *x, const double *w, int kind,
                        double v)
 {
+    if (ad_listing_of(t))
+        ad_listing_expect(t, 0, ad_const(0.0), ad_const(0.0));
     ad__slots s = ad__slots_begin();
     size_t i = 0, k = SIZE_MAX;  /* k: an active element waiting for its pair */
     double consts = 1.0;
@@ -94,6 +97,9 @@ static uint32_t record(ad_tape *t, size_t n, const ad_real *x, const double *w, 
         s = ad__slots_put(s, x[k].id, w[k], 0, 0.0);
     }
     uint32_t id = ad__slots_end(s, kind, v);
+    if (ad_listing_of(t))
+        ad_listing_nary(t, id, kind == AD__NARY_PROD ? AD_LIST_PROD : AD_LIST_LSE, n, x, NULL,
+                        NULL);
     if (id && ad_tape_side(t, &ad_program_mode))
         program_values(t, id, n, x, consts);
     if (!id || !ad_tape_side(t, &ad_second_mode))

@@ -1,0 +1,446 @@
+/* dualrev: recorded programs.  ad_program_record keeps the listing
+ * (modes/listing.h) of one recording of f; a replay runs it (run() below)
+ * as the function a driver records: each kept operation made again, by
+ * the operation f called, on the new values.  The driver's recording is
+ * then the one f would have made at that point, so every driver takes a
+ * program and gives f's numbers bit for bit. */
+#include <string.h>
+
+#include "listing.h"
+#include "recording.h"
+#include "status.h"
+
+struct ad_program {
+    size_t n, m;
+    uint32_t top;      /* the recording's IDs are 0..top */
+    ad_ins *ins;
+    size_t nins;
+    double *consts;
+    size_t nconsts;
+    ad_elem *elems;    /* the n-ary operations' and selections' operands, then the outputs */
+    size_t nelems;
+    size_t widest, guards;
+};
+
+/* ---- recording ---- */
+
+static void *copy(const void *p, size_t count, size_t size, int *ok)
+{
+    if (!count)
+        return NULL;
+    void *q = ad_alloc(count * size);
+    if (q)
+        memcpy(q, p, count * size);
+    else
+        *ok = 0;
+    return q;
+}
+
+void ad_program_free(ad_program *P)
+{
+    if (!P)
+        return;
+    ad_free(P->ins);
+    ad_free(P->consts);
+    ad_free(P->elems);
+    ad_free(P);
+}
+
+/* An output must carry the value its record made, as an argument must. */
+static int outputs_seen(const ad_tape *t, size_t m)
+{
+    const ad_side *sd = ad_tape_side(t, &ad_listing_mode);
+    for (size_t j = 0; j < m; j++) {
+        uint32_t id = t->outputs[j].id;
+        if (id < t->first)
+            continue;  /* a constant or an input: taken as it is */
+        double v = *(const double *)ad_side_entry(t, sd, id), o = t->outputs[j].v;
+        if (memcmp(&v, &o, sizeof v) && (v == v || o == o))
+            return 0;
+    }
+    return 1;
+}
+
+static ad_status keep(const ad_tape *t, const ad_listing *L, size_t n, size_t m, ad_program **out)
+{
+    if (!outputs_seen(t, m))
+        return AD_ENOTSUP;
+    if (L->nelems > SIZE_MAX / sizeof(ad_elem) - m)
+        return AD_ENOMEM;
+    ad_program *P = ad_alloc(sizeof *P);
+    if (!P)
+        return AD_ENOMEM;
+    int ok = 1;
+    *P = (ad_program){.n = n, .m = m, .top = (uint32_t)(t->cursor.next - 1), .nins = L->nins,
+                      .nconsts = L->nconsts, .nelems = L->nelems + m, .widest = L->widest,
+                      .guards = L->guards};
+    P->ins = copy(L->ins, L->nins, sizeof *L->ins, &ok);
+    P->consts = copy(L->consts, L->nconsts, sizeof *L->consts, &ok);
+    P->elems = ok ? ad_alloc(P->nelems * sizeof *P->elems) : NULL;
+    if (!ok || !P->elems) {
+        ad_program_free(P);
+        return AD_ENOMEM;
+    }
+    if (L->nelems)
+        memcpy(P->elems, L->elems, L->nelems * sizeof *L->elems);
+    for (size_t j = 0; j < m; j++) {
+        ad_real y = t->outputs[j];
+        P->elems[L->nelems + j] = (ad_elem){y.id, y.id ? 0.0 : y.v};
+    }
+    *out = P;
+    return AD_OK;
+}
+
+ad_status ad_program_record_function(ad_function f, void *ctx, size_t n, size_t m,
+                                     const double *x, ad_program **P)
+{
+    if (!P)
+        return AD_EINVAL;
+    *P = NULL;
+    if (!f || (n && !x))
+        return AD_EINVAL;
+    ad_tape *t = ad_thread_tape();
+    if (!t)
+        return AD_ENESTING;
+    if (!ad_listing_reset(t))
+        return AD_ENOMEM;
+    ad_status s = ad_record(t, f, ctx, n, x, m, AD_RECORD_LISTING);
+    if (s != AD_OK)
+        return s;
+    return keep(t, ad_listing_of(t), n, m, P);
+}
+
+typedef struct scalar {
+    ad_objective f;
+    void *ctx;
+} scalar;
+
+static void as_function(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
+{
+    const scalar *s = ctx;
+    (void)m;
+    y[0] = s->f(x, n, s->ctx);
+}
+
+ad_status ad_program_record(ad_objective f, void *ctx, size_t n, const double *x, ad_program **P)
+{
+    scalar call = {f, ctx};
+    return ad_program_record_function(f ? as_function : NULL, &call, n, 1, x, P);
+}
+
+ad_status ad_program_stats_get(const ad_program *P, ad_program_stats *out)
+{
+    if (!P || !out)
+        return AD_EINVAL;
+    *out = (ad_program_stats){
+        .inputs = P->n,
+        .outputs = P->m,
+        .operations = P->nins,
+        .guards = P->guards,
+        .bytes = sizeof *P + P->nins * sizeof *P->ins + P->nconsts * sizeof *P->consts +
+                 P->nelems * sizeof *P->elems,
+        .replay_bytes = ((size_t)P->top + 1 + 2 * P->widest) * sizeof(ad_real),
+    };
+    return AD_OK;
+}
+
+/* ---- replaying ---- */
+
+typedef struct run {
+    const ad_program *P;
+    ad_real *val;     /* val[id]: the value the operation kept as id made, replayed */
+    ad_real *xs, *ys; /* an n-ary operation's elements */
+    int recorded;     /* run inside the driver's recording, which a guard fails */
+    ad_status status;
+} run;
+
+static ad_real operand(const ad_real *val, uint32_t id, const double **c)
+{
+    return id ? val[id] : ad_const(*(*c)++);
+}
+
+static ad_real unary(int op, ad_real a, const double *c)
+{
+    switch (op) {
+    case AD__OP_NEG: return ad_neg_r(a);
+    case AD__OP_FABS: return ad_fabs_r(a);
+    /* a compiler turns pow(x, 2.0) with its constant into x * x, which
+     * pow() need not round alike: so does the replay */
+    case AD__OP_POW_RD: return c[0] == 2.0 ? ad_pow_rd(a, 2.0) : ad_pow_rd(a, c[0]);
+    case AD__OP_POW_DR: return ad_pow_dr(c[0], a);
+    case AD__OP_SQRT: return ad_sqrt_r(a);
+    case AD__OP_CBRT: return ad_cbrt_r(a);
+    case AD__OP_EXP: return ad_exp_r(a);
+    case AD__OP_EXPM1: return ad_expm1_r(a);
+    case AD__OP_LOG: return ad_log_r(a);
+    case AD__OP_LOG1P: return ad_log1p_r(a);
+    case AD__OP_LOG2: return ad_log2_r(a);
+    case AD__OP_LOG10: return ad_log10_r(a);
+    case AD__OP_SIN: return ad_sin_r(a);
+    case AD__OP_COS: return ad_cos_r(a);
+    case AD__OP_TAN: return ad_tan_r(a);
+    case AD__OP_ASIN: return ad_asin_r(a);
+    case AD__OP_ACOS: return ad_acos_r(a);
+    case AD__OP_ATAN: return ad_atan_r(a);
+    case AD__OP_SINH: return ad_sinh_r(a);
+    case AD__OP_COSH: return ad_cosh_r(a);
+    case AD__OP_TANH: return ad_tanh_r(a);
+    case AD__OP_ASINH: return ad_asinh_r(a);
+    case AD__OP_ACOSH: return ad_acosh_r(a);
+    case AD__OP_ATANH: return ad_atanh_r(a);
+    case AD__OP_ERF: return ad_erf_r(a);
+    case AD__OP_ERFC: return ad_erfc_r(a);
+    case AD__OP_LGAMMA: return ad_lgamma_r(a);
+    default: return ad_tgamma_r(a);
+    }
+}
+
+static ad_real binary(int op, ad_real a, ad_real b)
+{
+    switch (op) {
+    case AD__OP_ADD: return ad_add_rr(a, b);
+    case AD__OP_SUB: return ad_sub_rr(a, b);
+    case AD__OP_MUL: return ad_mul_rr(a, b);
+    case AD__OP_DIV: return ad_div_rr(a, b);
+    case AD__OP_POW: return ad_pow_rr(a, b);
+    case AD__OP_ATAN2: return ad_atan2_rr(a, b);
+    case AD__OP_HYPOT: return ad_hypot_rr(a, b);
+    case AD__OP_FMIN: return ad_fmin_rr(a, b);
+    default: return ad_fmax_rr(a, b);
+    }
+}
+
+static ad_real select_again(const ad_ins *in, const ad_real *val, const ad_elem *e)
+{
+    ad_real o[4];
+    for (int i = 0; i < 4; i++)
+        o[i] = e[i].id ? val[e[i].id] : ad_const(e[i].v);
+    switch (in->sub) {
+    case AD__CMP_LT: return ad_select_lt(o[0], o[1], o[2], o[3]);
+    case AD__CMP_LE: return ad_select_le(o[0], o[1], o[2], o[3]);
+    default: return ad_select_eq(o[0], o[1], o[2], o[3]);
+    }
+}
+
+static void gather(ad_real *dst, const ad_real *val, const ad_elem *e, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = e[i].id ? val[e[i].id] : ad_const(e[i].v);
+}
+
+static ad_real nary_again(const run *r, const ad_ins *in)
+{
+    const ad_program *P = r->P;
+    size_t n = in->a;
+    const ad_elem *e = P->elems + in->k;
+    gather(r->xs, r->val, e, n);
+    switch (in->sub) {
+    case AD__LIST_DOT:
+        gather(r->ys, r->val, e + n, n);
+        return ad_dot_r(n, r->xs, r->ys);
+    case AD__LIST_SUM: return ad_sum_r(n, r->xs);
+    case AD__LIST_DOT_RD: return ad_dot_rd(n, r->xs, P->consts + in->b);
+    case AD__LIST_SQNORM: return ad_sqnorm_r(n, r->xs);
+    case AD_LIST_PROD: return ad_prod_r(n, r->xs);
+    default: return ad_logsumexp_r(n, r->xs);
+    }
+}
+
+/* One kept operation, made again; 0 if it is a guard that fails here. */
+static int again(run *r, const ad_ins *in)
+{
+    const ad_program *P = r->P;
+    ad_real *val = r->val;
+    const double *c = P->consts + in->k;
+    ad_real a, b;
+    switch (in->op) {
+    case AD__OP_NARY:
+        val[in->id] = nary_again(r, in);
+        return 1;
+    case AD__OP_SELECT:
+        val[in->id] = select_again(in, val, P->elems + in->k);
+        return 1;
+    case AD_LIST_GUARD:
+        a = operand(val, in->a, &c);
+        b = operand(val, in->b, &c);
+        return ad_cmp_holds(in->sub & ~AD_LIST_TRUE, a.v, b.v) == !!(in->sub & AD_LIST_TRUE);
+    case AD__OP_AXPY: {
+        double f = *c++;
+        a = operand(val, in->a, &c);
+        b = operand(val, in->b, &c);
+        ad_axpy_r(1, f, &a, &b);
+        val[in->id] = b;
+        return 1;
+    }
+    case AD__OP_ADD: case AD__OP_SUB: case AD__OP_MUL: case AD__OP_DIV: case AD__OP_POW:
+    case AD__OP_ATAN2: case AD__OP_HYPOT: case AD__OP_FMIN: case AD__OP_FMAX:
+        a = operand(val, in->a, &c);
+        b = operand(val, in->b, &c);
+        val[in->id] = binary(in->op, a, b);
+        return 1;
+    default:
+        val[in->id] = unary(in->op, val[in->a], c);
+        return 1;
+    }
+}
+
+/* The program as a function: what the drivers record. */
+static void run_function(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
+{
+    run *r = ctx;
+    const ad_program *P = r->P;
+    for (size_t i = 0; i < n; i++)
+        r->val[i + 1] = x[i];
+    const ad_ins *in = P->ins, *end = in + P->nins;
+    for (; in < end; in++)
+        if (!again(r, in)) {
+            r->status = AD_EBRANCH;
+            if (r->recorded)
+                ad_fail_recording(AD_EBRANCH);
+            ad_fill_nan_reals(y, m);
+            return;
+        }
+    const ad_elem *out = P->elems + P->nelems - P->m;
+    gather(y, r->val, out, m);
+}
+
+static ad_real run_objective(const ad_real *x, size_t n, void *ctx)
+{
+    ad_real y;
+    run_function(x, n, &y, 1, ctx);
+    return y;
+}
+
+/* A replay's arrays (one allocation), or AD_ENOMEM. */
+static ad_status run_begin(run *r, const ad_program *P, size_t extra)
+{
+    size_t count = (size_t)P->top + 1 + 2 * P->widest + extra;
+    *r = (run){.P = P, .recorded = 1, .status = AD_OK};
+    if (count > SIZE_MAX / sizeof(ad_real) || !(r->val = ad_alloc(count * sizeof(ad_real))))
+        return AD_ENOMEM;
+    r->xs = r->val + P->top + 1;
+    r->ys = r->xs + P->widest;
+    return AD_OK;
+}
+
+/* A driver's status, AD_EBRANCH where a guard failed. */
+static ad_status run_end(run *r, ad_status s)
+{
+    ad_free(r->val);
+    return r->status != AD_OK ? r->status : s;
+}
+
+ad_status ad_program_value(ad_program *P, const double *x, double *fx)
+{
+    if (!P || !fx || (P->n && !x)) {
+        if (P)
+            ad_fill_nan(fx, P->m);
+        return AD_EINVAL;
+    }
+    run r;
+    if (run_begin(&r, P, P->n + P->m) != AD_OK) {
+        ad_fill_nan(fx, P->m);
+        return AD_ENOMEM;
+    }
+    ad_real *xs = r.ys + P->widest, *ys = xs + P->n;
+    for (size_t i = 0; i < P->n; i++)
+        xs[i] = ad_const(x[i]);
+    r.recorded = 0;
+    run_function(xs, P->n, ys, P->m, &r);
+    for (size_t j = 0; j < P->m; j++)
+        fx[j] = r.status == AD_OK ? ys[j].v : NAN;
+    return run_end(&r, AD_OK);
+}
+
+/* The scalar drivers' check: a program of one output. */
+static ad_status scalar_begin(run *r, ad_program *P, double *fx, double *grad, double *more)
+{
+    if (P && P->m == 1 && run_begin(r, P, 0) == AD_OK)
+        return AD_OK;
+    size_t n = P ? P->n : 0;
+    ad_fill_nan(fx, 1);
+    ad_fill_nan(grad, n);
+    ad_fill_nan(more, n);
+    return P && P->m == 1 ? AD_ENOMEM : AD_EINVAL;
+}
+
+ad_status ad_program_gradient(ad_program *P, const double *x, double *fx, double *grad)
+{
+    run r;
+    ad_status s = scalar_begin(&r, P, fx, grad, NULL);
+    if (s != AD_OK)
+        return s;
+    return run_end(&r, ad_gradient(run_objective, &r, P->n, x, fx, grad));
+}
+
+ad_status ad_program_hvp(ad_program *P, const double *x, const double *v, double *fx,
+                         double *grad, double *hv)
+{
+    run r;
+    ad_status s = scalar_begin(&r, P, fx, grad, hv);
+    if (s != AD_OK)
+        return s;
+    return run_end(&r, ad_hvp(run_objective, &r, P->n, x, v, fx, grad, hv));
+}
+
+ad_status ad_program_sparse_hessian(ad_program *P, const double *x, double *fx, double *grad,
+                                    ad_csr *H)
+{
+    run r;
+    ad_status s = scalar_begin(&r, P, fx, grad, NULL);
+    if (s != AD_OK)
+        return s;
+    return run_end(&r, ad_sparse_hessian(run_objective, &r, P->n, x, fx, grad, H));
+}
+
+ad_status ad_program_sparse_hessian_values(ad_program *P, const double *x, double *fx,
+                                           double *grad, ad_csr *H)
+{
+    run r;
+    ad_status s = scalar_begin(&r, P, fx, grad, NULL);
+    if (s != AD_OK)
+        return s;
+    s = run_end(&r, ad_sparse_hessian_values(run_objective, &r, P->n, x, fx, grad, H));
+    if (s == AD_EBRANCH && H && H->val)
+        ad_fill_nan(H->val, H->nnz);
+    return s;
+}
+
+/* The vector drivers: NaN results (of sizes f gives) on a failed start. */
+static ad_status vector_begin(run *r, ad_program *P, double *y, double *out, size_t count)
+{
+    if (P && run_begin(r, P, 0) == AD_OK)
+        return AD_OK;
+    if (P) {
+        ad_fill_nan(y, P->m);
+        ad_fill_nan(out, count);
+    }
+    return P ? AD_ENOMEM : AD_EINVAL;
+}
+
+ad_status ad_program_jacobian(ad_program *P, const double *x, double *y, double *jac)
+{
+    run r;
+    ad_status s = vector_begin(&r, P, y, jac, P ? P->n * P->m : 0);
+    if (s != AD_OK)
+        return s;
+    return run_end(&r, ad_jacobian(run_function, &r, P->n, x, P->m, y, jac));
+}
+
+ad_status ad_program_jvp(ad_program *P, const double *x, const double *v, double *y, double *jv)
+{
+    run r;
+    ad_status s = vector_begin(&r, P, y, jv, P ? P->m : 0);
+    if (s != AD_OK)
+        return s;
+    return run_end(&r, ad_jvp(run_function, &r, P->n, x, v, P->m, y, jv));
+}
+
+ad_status ad_program_vjp(ad_program *P, const double *x, const double *w, double *y, double *wj)
+{
+    run r;
+    ad_status s = vector_begin(&r, P, y, wj, P ? P->n : 0);
+    if (s != AD_OK)
+        return s;
+    return run_end(&r, ad_vjp(run_function, &r, P->n, x, P->m, w, y, wj));
+}

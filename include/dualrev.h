@@ -401,11 +401,20 @@ AD_API ad_status ad_program_jvp(ad_program *P, const double *x, const double *v,
                                 double *jv);
 AD_API ad_status ad_program_vjp(ad_program *P, const double *x, const double *w, double *y,
                                 double *wj);
+AD_API ad_status ad_program_sparse_jacobian(ad_program *P, const double *x, double *y, ad_csr *J);
 AD_API ad_status ad_program_sparse_hessian(ad_program *P, const double *x, double *fx,
                                            double *grad, ad_csr *H);
 AD_API ad_status ad_program_sparse_hessian_values(ad_program *P, const double *x, double *fx,
                                                   double *grad, ad_csr *H);
 AD_API void ad_program_free(ad_program *P);
+
+/* An optimiser's evaluation: f's value at x, and its gradient if grad is
+ * not NULL, from the program *P, which is first recorded from f at x if
+ * *P is NULL, and recorded again there if a guard fails at x (the old one
+ * freed).  A function a program cannot keep (AD_ENOTSUP) is evaluated by
+ * ad_gradient each time, *P left NULL.  Free *P with ad_program_free. */
+AD_API ad_status ad_program_evaluate(ad_program **P, ad_objective f, void *ctx, size_t n,
+                                     const double *x, double *fx, double *grad);
 
 typedef struct ad_program_stats {
     size_t inputs, outputs;

@@ -20,6 +20,7 @@ struct ad_program {
     ad_elem *elems;    /* the n-ary operations' and selections' operands, then the outputs */
     size_t nelems;
     size_t widest, guards;
+    int unkept;        /* ad_program_evaluate's mark: f cannot be kept */
 };
 
 /* ---- recording ---- */
@@ -332,10 +333,10 @@ static ad_status run_end(run *r, ad_status s)
 
 ad_status ad_program_value(ad_program *P, const double *x, double *fx)
 {
-    if (!P || !fx || (P->n && !x)) {
+    if (!P || !fx || (P->n && !x) || P->unkept) {
         if (P)
             ad_fill_nan(fx, P->m);
-        return AD_EINVAL;
+        return P && P->unkept ? AD_ENOTSUP : AD_EINVAL;
     }
     run r;
     if (run_begin(&r, P, P->n + P->m) != AD_OK) {
@@ -355,13 +356,13 @@ ad_status ad_program_value(ad_program *P, const double *x, double *fx)
 /* The scalar drivers' check: a program of one output. */
 static ad_status scalar_begin(run *r, ad_program *P, double *fx, double *grad, double *more)
 {
-    if (P && P->m == 1 && run_begin(r, P, 0) == AD_OK)
+    if (P && !P->unkept && P->m == 1 && run_begin(r, P, 0) == AD_OK)
         return AD_OK;
     size_t n = P ? P->n : 0;
     ad_fill_nan(fx, 1);
     ad_fill_nan(grad, n);
     ad_fill_nan(more, n);
-    return P && P->m == 1 ? AD_ENOMEM : AD_EINVAL;
+    return !P || P->m != 1 ? AD_EINVAL : P->unkept ? AD_ENOTSUP : AD_ENOMEM;
 }
 
 ad_status ad_program_gradient(ad_program *P, const double *x, double *fx, double *grad)
@@ -409,13 +410,13 @@ ad_status ad_program_sparse_hessian_values(ad_program *P, const double *x, doubl
 /* The vector drivers: NaN results (of sizes f gives) on a failed start. */
 static ad_status vector_begin(run *r, ad_program *P, double *y, double *out, size_t count)
 {
-    if (P && run_begin(r, P, 0) == AD_OK)
+    if (P && !P->unkept && run_begin(r, P, 0) == AD_OK)
         return AD_OK;
     if (P) {
         ad_fill_nan(y, P->m);
         ad_fill_nan(out, count);
     }
-    return P ? AD_ENOMEM : AD_EINVAL;
+    return !P ? AD_EINVAL : P->unkept ? AD_ENOTSUP : AD_ENOMEM;
 }
 
 ad_status ad_program_jacobian(ad_program *P, const double *x, double *y, double *jac)
@@ -443,4 +444,60 @@ ad_status ad_program_vjp(ad_program *P, const double *x, const double *w, double
     if (s != AD_OK)
         return s;
     return run_end(&r, ad_vjp(run_function, &r, P->n, x, P->m, w, y, wj));
+}
+
+ad_status ad_program_sparse_jacobian(ad_program *P, const double *x, double *y, ad_csr *J)
+{
+    run r;
+    ad_status s = vector_begin(&r, P, y, NULL, 0);
+    if (s != AD_OK)
+        return s;
+    return run_end(&r, ad_sparse_jacobian(run_function, &r, P->n, x, P->m, y, J));
+}
+
+/* ---- an optimiser's evaluations ---- */
+
+static ad_status evaluate_once(ad_program *P, const double *x, double *fx, double *grad)
+{
+    return grad ? ad_program_gradient(P, x, fx, grad) : ad_program_value(P, x, fx);
+}
+
+ad_status ad_program_evaluate(ad_program **P, ad_objective f, void *ctx, size_t n,
+                              const double *x, double *fx, double *grad)
+{
+    if (!P || !f || !fx || (n && !x)) {
+        ad_fill_nan(fx, 1);
+        ad_fill_nan(grad, n);
+        return AD_EINVAL;
+    }
+    ad_status s = AD_EBRANCH;
+    if (*P && (*P)->unkept)
+        s = AD_ENOTSUP;
+    else if (*P && (*P)->n == n && (*P)->m == 1)
+        s = evaluate_once(*P, x, fx, grad);
+    if (s == AD_EBRANCH) {
+        ad_program_free(*P);
+        s = ad_program_record(f, ctx, n, x, P);
+        if (s == AD_OK)
+            return evaluate_once(*P, x, fx, grad);
+        if (s == AD_ENOTSUP && (*P = ad_alloc(sizeof **P)) != NULL)
+            **P = (ad_program){.unkept = 1};
+    }
+    if (s != AD_ENOTSUP) {
+        ad_fill_nan(fx, 1);
+        ad_fill_nan(grad, n);
+        return s;
+    }
+    if (grad)
+        return ad_gradient(f, ctx, n, x, fx, grad);
+    ad_real *xs = n ? ad_alloc(n * sizeof *xs) : NULL;
+    if (n && !xs) {
+        *fx = NAN;
+        return AD_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++)
+        xs[i] = ad_const(x[i]);
+    *fx = ad_value(f(xs, n, ctx));
+    ad_free(xs);
+    return AD_OK;
 }

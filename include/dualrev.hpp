@@ -67,20 +67,22 @@ AD__HPP_BINARY_OP(/, div)
 inline ad_real operator-(ad_real x) noexcept { return ad_neg_r(x); }
 inline ad_real operator+(ad_real x) noexcept { return x; }
 
-// Comparisons compare values, as C code compares ad_value()s: a branch is
-// taken on the value at hand and is not differentiated.
-#define AD__HPP_COMPARE(op)                                                                  \
-    inline bool operator op(ad_real a, ad_real b) noexcept { return ad_value(a) op ad_value(b); } \
-    inline bool operator op(ad_real a, double b) noexcept { return ad_value(a) op b; }            \
-    inline bool operator op(double a, ad_real b) noexcept { return a op ad_value(b); }
+// Comparisons compare values: a branch is taken on the value at hand and is
+// not differentiated.  They are the C guards (ad_lt, ...), so a recorded
+// program (ad::program) sees each branch and a replay where one comes out
+// the other way fails with AD_EBRANCH; != is the negation of ==.
+#define AD__HPP_GUARD(op, test)                                                              \
+    inline bool operator op(ad_real a, ad_real b) noexcept { return test; }                      \
+    inline bool operator op(ad_real a, double b) noexcept { return operator op(a, ad_const(b)); } \
+    inline bool operator op(double a, ad_real b) noexcept { return operator op(ad_const(a), b); }
 
-AD__HPP_COMPARE(==)
-AD__HPP_COMPARE(!=)
-AD__HPP_COMPARE(<)
-AD__HPP_COMPARE(<=)
-AD__HPP_COMPARE(>)
-AD__HPP_COMPARE(>=)
-#undef AD__HPP_COMPARE
+AD__HPP_GUARD(<, ad__guarded(AD__CMP_LT, a, b, a.v < b.v) != 0)
+AD__HPP_GUARD(<=, ad__guarded(AD__CMP_LE, a, b, a.v <= b.v) != 0)
+AD__HPP_GUARD(>, ad__guarded(AD__CMP_GT, a, b, a.v > b.v) != 0)
+AD__HPP_GUARD(>=, ad__guarded(AD__CMP_GE, a, b, a.v >= b.v) != 0)
+AD__HPP_GUARD(==, ad__guarded(AD__CMP_EQ, a, b, a.v == b.v) != 0)
+AD__HPP_GUARD(!=, ad__guarded(AD__CMP_EQ, a, b, a.v == b.v) == 0)
+#undef AD__HPP_GUARD
 
 // ---- elementary functions, by their <cmath> names ----
 
@@ -1068,6 +1070,139 @@ linear linearize(F &&f, array_view x, std::size_t m)
     detail::function_call<std::remove_reference_t<F>> call{&f, nullptr};
     ad_status s = ad_linearize(&call.run, &call, x.size(), x.data(), m, out.y_.data(), &out.L_);
     detail::finish(s, call.thrown, {});
+    return out;
+}
+
+// A recorded program (ad_program_record): f recorded once at x, then its
+// values and derivatives at other points from the kept operations, f never
+// called again.  Each replay throws ad::error, AD_EBRANCH where a
+// comparison f made (<, ==, ... on ad::real; ad_lt, ...) comes out the
+// other way: the program stays usable; record again there.  Move-only;
+// const replays may run on many threads at once.
+class program {
+public:
+    program() noexcept = default;
+    program(const program &) = delete;
+    program &operator=(const program &) = delete;
+    program(program &&o) noexcept : P_(o.P_), n_(o.n_), m_(o.m_) { o.P_ = nullptr; }
+    program &operator=(program &&o) noexcept
+    {
+        if (this != &o) {
+            ad_program_free(P_);
+            P_ = o.P_;
+            n_ = o.n_;
+            m_ = o.m_;
+            o.P_ = nullptr;
+        }
+        return *this;
+    }
+    ~program() { ad_program_free(P_); }
+
+    std::size_t inputs() const noexcept { return n_; }
+    std::size_t outputs() const noexcept { return m_; }
+    ad_program *get() const noexcept { return P_; }
+    explicit operator bool() const noexcept { return P_ != nullptr; }
+
+    // f(x) (outputs() values: one for a program of an objective).
+    void value(array_view x, array_ref y) const
+    {
+        detail::check_size("y", y.size(), m_, {y});
+        check_x(x, {y});
+        check(ad_program_value(P_, x.data(), y.data()));
+    }
+    double value(array_view x) const
+    {
+        std::vector<double> y(m_);
+        value(x, y);
+        return m_ ? y[0] : 0.0;
+    }
+    // f(x) and its gradient: ad_program_gradient.
+    double gradient(array_view x, array_ref grad) const
+    {
+        detail::check_size("grad", grad.size(), n_, {grad});
+        check_x(x, {grad});
+        double fx;
+        check(ad_program_gradient(P_, x.data(), &fx, grad.data()));
+        return fx;
+    }
+    gradient_result gradient(array_view x) const
+    {
+        gradient_result r{0.0, std::vector<double>(n_)};
+        r.value = gradient(x, r.grad);
+        return r;
+    }
+    // f(x), its gradient and H v: ad_program_hvp.
+    double hvp(array_view x, array_view v, array_ref grad, array_ref hv) const
+    {
+        detail::check_size("grad", grad.size(), n_, {grad, hv});
+        detail::check_size("hv", hv.size(), n_, {grad, hv});
+        detail::check_size("v", v.size(), n_, {grad, hv});
+        check_x(x, {grad, hv});
+        double fx;
+        check(ad_program_hvp(P_, x.data(), v.data(), &fx, grad.data(), hv.data()));
+        return fx;
+    }
+    // y = f(x) and the m x n Jacobian, row-major: ad_program_jacobian.
+    jacobian_result jacobian(array_view x) const
+    {
+        jacobian_result r{std::vector<double>(m_), std::vector<double>(m_ * n_), m_, n_};
+        check_x(x, {r.value, r.jac});
+        check(ad_program_jacobian(P_, x.data(), r.value.data(), r.jac.data()));
+        return r;
+    }
+
+private:
+    template <class F>
+    friend program record_program(F &&f, array_view x);
+    template <class F>
+    friend program record_program_function(F &&f, array_view x, std::size_t m);
+
+    void check_x(array_view x, std::initializer_list<array_ref> outputs) const
+    {
+        if (!P_) {
+            for (array_ref o : outputs)
+                detail::fill_nan(o);
+            throw error(AD_EINVAL, "the program is empty");
+        }
+        detail::check_size("x", x.size(), n_, outputs);
+    }
+    static void check(ad_status s)
+    {
+        if (s != AD_OK)
+            throw error(s);
+    }
+
+    ad_program *P_ = nullptr;
+    std::size_t n_ = 0, m_ = 0;
+};
+
+// Records the objective f (as ad::gradient takes it) at x as a program.
+template <class F>
+program record_program(F &&f, array_view x)
+{
+    AD__HPP_OBJECTIVE(F);
+    detail::check_callable(f);
+    program out;
+    detail::objective_call<std::remove_reference_t<F>> call{&f, nullptr};
+    ad_status s = ad_program_record(&call.run, &call, x.size(), x.data(), &out.P_);
+    detail::finish(s, call.thrown, {});
+    out.n_ = x.size();
+    out.m_ = 1;
+    return out;
+}
+
+// Records the function f of m outputs (as ad::jacobian takes it) at x.
+template <class F>
+program record_program_function(F &&f, array_view x, std::size_t m)
+{
+    AD__HPP_FUNCTION(F);
+    detail::check_callable(f);
+    program out;
+    detail::function_call<std::remove_reference_t<F>> call{&f, nullptr};
+    ad_status s = ad_program_record_function(&call.run, &call, x.size(), m, x.data(), &out.P_);
+    detail::finish(s, call.thrown, {});
+    out.n_ = x.size();
+    out.m_ = m;
     return out;
 }
 

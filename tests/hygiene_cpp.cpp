@@ -104,4 +104,15 @@ double use_nested()
     return ad::gradient(outer, x).grad[0] + static_cast<double>(e.grad.size());
 }
 
+double use_program()
+{
+    std::vector<double> x = {1.0, 2.0}, g(2);
+    auto f = [](const ad::real *p, std::size_t) { return p[0] < p[1] ? p[0] * p[1] : p[0]; };
+    ad::program P = ad::record_program(f, x);
+    auto vf = [](const ad::real *p, std::size_t, ad::real *y, std::size_t) { y[0] = p[0] + 1.0; };
+    ad::program Q = ad::record_program_function(vf, x, 1);
+    return P.gradient(x, g) + P.value(x) + Q.jacobian(x).jac[0] +
+           static_cast<double>(Q.inputs() + Q.outputs());
+}
+
 }  // namespace hygiene

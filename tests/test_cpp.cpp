@@ -1816,6 +1816,76 @@ void test_nested_enesting(void **state)
 
 // ---- threads: each has its own tapes ----
 
+// Recorded programs: a replay gives ad::gradient's numbers bit for bit;
+// the comparison operators are guards (AD_EBRANCH when one flips, the
+// program still usable); f is never called by a replay; moves, errors.
+void test_program(void **state)
+{
+    (void)state;
+    int calls = 0;
+    auto f = [&calls](const real *v, std::size_t n) {
+        calls++;
+        real s = ad::constant(0.0);
+        for (std::size_t i = 0; i < n; i++) {
+            real d = v[i] - 0.25 * static_cast<double>(i);
+            s += v[i] > 0.0 ? sin(d) * d : exp(d) + 1.0;
+            if (d == 0.5)
+                s += 1.0;
+        }
+        return s * s;
+    };
+    std::vector<double> x = {0.6, 1.0, 1.5};
+    ad::program P = ad::record_program(f, x);
+    assert_int_equal(calls, 1);
+    assert_true(P.inputs() == 3 && P.outputs() == 1 && static_cast<bool>(P));
+    std::uint64_t rng = 0x9e0c0d;
+    for (int k = 0; k < 200; k++) {
+        std::vector<double> y(3), g1(3), g2(3), v = {1.0, -2.0, 0.5}, h1(3), h2(3);
+        for (double &t : y)
+            t = uniform(rng, 0.1, 2.0);
+        double f1 = P.gradient(y, g1), f2 = ad::gradient(f, y, g2);
+        assert_memory_equal(&f1, &f2, sizeof f1);
+        assert_memory_equal(g1.data(), g2.data(), 3 * sizeof(double));
+        assert_true(P.value(y) == f2);
+        f1 = P.hvp(y, v, g1, h1);
+        f2 = ad::hvp(f, y, v, g2, h2);
+        assert_memory_equal(h1.data(), h2.data(), 3 * sizeof(double));
+    }
+    int before = calls;
+    std::vector<double> neg = {-0.6, 1.0, 1.5}, g(3);
+    try {
+        P.gradient(neg, g);
+        fail_msg("no AD_EBRANCH for x[0] < 0");
+    } catch (const ad::error &e) {
+        assert_int_equal(e.status(), AD_EBRANCH);
+    }
+    assert_all_nan(g);
+    std::vector<double> eq = {0.6, 0.75, 1.5};  // d == 0.5 at i = 1: == flips
+    try {
+        (void)P.value(eq);
+        fail_msg("no AD_EBRANCH for ==");
+    } catch (const ad::error &e) {
+        assert_int_equal(e.status(), AD_EBRANCH);
+    }
+    assert_int_equal(calls, before);  // replays never call f
+    (void)P.gradient(x, g);
+    ad::program Q = std::move(P);
+    assert_false(static_cast<bool>(P));
+    assert_true(Q.gradient(x).grad == g);
+    expect_error(AD_EINVAL, (void)P.gradient(x, g));
+    std::vector<double> g2(2);
+    expect_error(AD_EINVAL, (void)Q.gradient(x, g2));
+    auto vf = [](const real *v, std::size_t, real *out, std::size_t) {
+        out[0] = v[0] * v[1];
+        out[1] = atan2(v[1], 2.0);
+    };
+    ad::program J = ad::record_program_function(vf, x, 2);
+    auto jr = J.jacobian(x);
+    auto jd = ad::jacobian(vf, x, 2);
+    assert_true(jr.jac == jd.jac && jr.value == jd.value);
+    assert_library_ok();
+}
+
 void test_threads(void **state)
 {
     (void)state;
@@ -1891,6 +1961,7 @@ int main()
         cmocka_unit_test(test_nested_perturbation_confusion),
         cmocka_unit_test(test_nested_errors),
         cmocka_unit_test(test_nested_enesting),
+        cmocka_unit_test(test_program),
         cmocka_unit_test(test_threads),
     };
     tests.insert(tests.end(), std::begin(rest), std::end(rest));

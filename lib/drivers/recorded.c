@@ -17,8 +17,9 @@ struct ad_program {
     size_t nins;
     double *consts;
     size_t nconsts;
-    ad_elem *elems;    /* the n-ary operations' and selections' operands, then the outputs */
-    size_t nelems;
+    uint32_t *eids;    /* the n-ary operations' and selections' operands */
+    size_t neids;
+    ad_elem *out;      /* the outputs */
     size_t widest, guards;
     int unkept;        /* ad_program_evaluate's mark: f cannot be kept */
 };
@@ -43,7 +44,8 @@ void ad_program_free(ad_program *P)
         return;
     ad_free(P->ins);
     ad_free(P->consts);
-    ad_free(P->elems);
+    ad_free(P->eids);
+    ad_free(P->out);
     ad_free(P);
 }
 
@@ -66,27 +68,24 @@ static ad_status keep(const ad_tape *t, const ad_listing *L, size_t n, size_t m,
 {
     if (!outputs_seen(t, m))
         return AD_ENOTSUP;
-    if (L->nelems > SIZE_MAX / sizeof(ad_elem) - m)
-        return AD_ENOMEM;
     ad_program *P = ad_alloc(sizeof *P);
     if (!P)
         return AD_ENOMEM;
     int ok = 1;
     *P = (ad_program){.n = n, .m = m, .top = (uint32_t)(t->cursor.next - 1), .nins = L->nins,
-                      .nconsts = L->nconsts, .nelems = L->nelems + m, .widest = L->widest,
+                      .nconsts = L->nconsts, .neids = L->neids, .widest = L->widest,
                       .guards = L->guards};
     P->ins = copy(L->ins, L->nins, sizeof *L->ins, &ok);
     P->consts = copy(L->consts, L->nconsts, sizeof *L->consts, &ok);
-    P->elems = ok ? ad_alloc(P->nelems * sizeof *P->elems) : NULL;
-    if (!ok || !P->elems) {
+    P->eids = copy(L->eids, L->neids, sizeof *L->eids, &ok);
+    P->out = m && ok && m <= SIZE_MAX / sizeof *P->out ? ad_alloc(m * sizeof *P->out) : NULL;
+    if (!ok || (m && !P->out)) {
         ad_program_free(P);
         return AD_ENOMEM;
     }
-    if (L->nelems)
-        memcpy(P->elems, L->elems, L->nelems * sizeof *L->elems);
     for (size_t j = 0; j < m; j++) {
         ad_real y = t->outputs[j];
-        P->elems[L->nelems + j] = (ad_elem){y.id, y.id ? 0.0 : y.v};
+        P->out[j] = (ad_elem){y.id, y.id ? 0.0 : y.v};
     }
     *out = P;
     return AD_OK;
@@ -139,7 +138,7 @@ ad_status ad_program_stats_get(const ad_program *P, ad_program_stats *out)
         .operations = P->nins,
         .guards = P->guards,
         .bytes = sizeof *P + P->nins * sizeof *P->ins + P->nconsts * sizeof *P->consts +
-                 P->nelems * sizeof *P->elems,
+                 P->neids * sizeof *P->eids + P->m * sizeof *P->out,
         .replay_bytes = ((size_t)P->top + 1 + 2 * P->widest) * sizeof(ad_real),
     };
     return AD_OK;
@@ -211,11 +210,20 @@ static ad_real binary(int op, ad_real a, ad_real b)
     }
 }
 
-static ad_real select_again(const ad_ins *in, const ad_real *val, const ad_elem *e)
+/* n operands from their IDs, each 0 taking the next constant; returns
+ * where the constants it did not take start. */
+static const double *gather(ad_real *dst, const ad_real *val, const uint32_t *e, size_t n,
+                            const double *c)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = e[i] ? val[e[i]] : ad_const(*c++);
+    return c;
+}
+
+static ad_real select_again(const run *r, const ad_ins *in)
 {
     ad_real o[4];
-    for (int i = 0; i < 4; i++)
-        o[i] = e[i].id ? val[e[i].id] : ad_const(e[i].v);
+    gather(o, r->val, r->P->eids + in->k, 4, r->P->consts + in->b);
     switch (in->sub) {
     case AD__CMP_LT: return ad_select_lt(o[0], o[1], o[2], o[3]);
     case AD__CMP_LE: return ad_select_le(o[0], o[1], o[2], o[3]);
@@ -223,24 +231,22 @@ static ad_real select_again(const ad_ins *in, const ad_real *val, const ad_elem 
     }
 }
 
-static void gather(ad_real *dst, const ad_real *val, const ad_elem *e, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        dst[i] = e[i].id ? val[e[i].id] : ad_const(e[i].v);
-}
-
 static ad_real nary_again(const run *r, const ad_ins *in)
 {
     const ad_program *P = r->P;
     size_t n = in->a;
-    const ad_elem *e = P->elems + in->k;
-    gather(r->xs, r->val, e, n);
+    const uint32_t *e = P->eids + in->k;
+    const double *c = P->consts + in->b;
+    if (in->sub == AD__LIST_DOT_RD) {
+        gather(r->xs, r->val, e, n, c + n);
+        return ad_dot_rd(n, r->xs, c);
+    }
+    c = gather(r->xs, r->val, e, n, c);
     switch (in->sub) {
     case AD__LIST_DOT:
-        gather(r->ys, r->val, e + n, n);
+        gather(r->ys, r->val, e + n, n, c);
         return ad_dot_r(n, r->xs, r->ys);
     case AD__LIST_SUM: return ad_sum_r(n, r->xs);
-    case AD__LIST_DOT_RD: return ad_dot_rd(n, r->xs, P->consts + in->b);
     case AD__LIST_SQNORM: return ad_sqnorm_r(n, r->xs);
     case AD_LIST_PROD: return ad_prod_r(n, r->xs);
     default: return ad_logsumexp_r(n, r->xs);
@@ -248,7 +254,7 @@ static ad_real nary_again(const run *r, const ad_ins *in)
 }
 
 /* One kept operation, made again; 0 if it is a guard that fails here. */
-static int again(run *r, const ad_ins *in)
+static inline __attribute__((always_inline)) int again(run *r, const ad_ins *in)
 {
     const ad_program *P = r->P;
     ad_real *val = r->val;
@@ -259,7 +265,7 @@ static int again(run *r, const ad_ins *in)
         val[in->id] = nary_again(r, in);
         return 1;
     case AD__OP_SELECT:
-        val[in->id] = select_again(in, val, P->elems + in->k);
+        val[in->id] = select_again(r, in);
         return 1;
     case AD_LIST_GUARD:
         a = operand(val, in->a, &c);
@@ -301,8 +307,8 @@ static void run_function(const ad_real *x, size_t n, ad_real *y, size_t m, void 
             ad_fill_nan_reals(y, m);
             return;
         }
-    const ad_elem *out = P->elems + P->nelems - P->m;
-    gather(y, r->val, out, m);
+    for (size_t j = 0; j < m; j++)
+        y[j] = P->out[j].id ? r->val[P->out[j].id] : ad_const(P->out[j].v);
 }
 
 static ad_real run_objective(const ad_real *x, size_t n, void *ctx)

@@ -15,14 +15,14 @@ static void listing_free(void *state)
     ad_listing *L = state;
     ad_free(L->ins);
     ad_free(L->consts);
-    ad_free(L->elems);
+    ad_free(L->eids);
 }
 
 static size_t listing_bytes(const void *state)
 {
     const ad_listing *L = state;
     return L->ins_cap * sizeof *L->ins + L->consts_cap * sizeof *L->consts +
-           L->elems_cap * sizeof *L->elems;
+           L->eids_cap * sizeof *L->eids;
 }
 
 static const ad_tenant listing_tenant = {sizeof(ad_listing), listing_free, listing_bytes, NULL};
@@ -31,7 +31,7 @@ ad_listing *ad_listing_reset(ad_tape *t)
 {
     ad_listing *L = ad_tape_state(t, &listing_tenant);
     if (L) {
-        L->nins = L->nconsts = L->nelems = L->widest = L->guards = 0;
+        L->nins = L->nconsts = L->neids = L->widest = L->guards = 0;
         L->expect = 0;
     }
     return L;
@@ -87,14 +87,15 @@ static int ours(ad_tape *t, ad_real a)
     return fail(t, AD_EFOREIGN);
 }
 
+/* An element: its ID, and its value among the constants if it is one. */
 static int put_elem(ad_tape *t, ad_listing *L, ad_real x)
 {
     if (!ours(t, x) || !seen(t, x.id, x.v))
         return 0;
-    if (ad_grow((void **)&L->elems, &L->elems_cap, L->nelems + 1, sizeof(ad_elem), L->nelems))
+    if (ad_grow((void **)&L->eids, &L->eids_cap, L->neids + 1, sizeof *L->eids, L->neids))
         return fail(t, AD_ENOMEM);
-    L->elems[L->nelems++] = (ad_elem){x.id, x.id ? 0.0 : x.v};
-    return 1;
+    L->eids[L->neids++] = x.id;
+    return x.id || put_const(t, L, x.v);
 }
 
 static ad_ins *put_ins(ad_tape *t, ad_listing *L, int op, int sub, uint32_t a, uint32_t b,
@@ -155,14 +156,14 @@ static int keep_elementary(ad_tape *t, ad_listing *L, uint32_t id, uint32_t a, d
 static int keep_selection(ad_tape *t, ad_listing *L, uint32_t id, uint32_t a, double x,
                           uint32_t b, double y)
 {
-    size_t k = L->nelems;
+    size_t k = L->neids, kc = L->nconsts;
     uint64_t key0 = t->cursor.key0;
     ad_real tv = ad__real_of(x, a ? key0 + a : 0), fv = ad__real_of(y, b ? key0 + b : 0);
     L->expect = 0;
     if (!put_elem(t, L, L->sel_l) || !put_elem(t, L, L->sel_r) || !put_elem(t, L, tv) ||
         !put_elem(t, L, fv))
         return 0;
-    return put_ins(t, L, AD__OP_SELECT, L->sel_cmp, a, b, id, k) != NULL;
+    return put_ins(t, L, AD__OP_SELECT, L->sel_cmp, 0, (uint32_t)kc, id, k) != NULL;
 }
 
 static uint32_t take(ad_tape *t, int i, uint32_t a, double wa, uint32_t b, double wb, int op,
@@ -207,15 +208,15 @@ void ad_listing_nary(ad_tape *t, uint32_t id, int which, size_t n, const ad_real
         fail(t, AD_ERANGE);
         return;
     }
-    size_t k = L->nelems, kc = L->nconsts;
+    size_t k = L->neids, kc = L->nconsts;
+    for (size_t i = 0; c && i < n; i++)
+        if (!put_const(t, L, c[i]))
+            return;
     for (size_t i = 0; i < n; i++)
         if (!put_elem(t, L, x[i]))
             return;
     for (size_t i = 0; y && i < n; i++)
         if (!put_elem(t, L, y[i]))
-            return;
-    for (size_t i = 0; c && i < n; i++)
-        if (!put_const(t, L, c[i]))
             return;
     if (n > L->widest)
         L->widest = n;

@@ -11,16 +11,17 @@
  * recording (0: a constant, in consts from k on, a's before b's); id its
  * result's (0 for a guard).  op is record.h's AD__OP_* or AD_LIST_GUARD;
  * sub a comparison (AD__CMP_*), with AD_LIST_TRUE for a guard that held,
- * or an n-ary record's AD__LIST_* (nary.h) or AD_LIST_PROD/LSE, whose
- * elements are a of them at elems[k] (for a dot product a more: y's, or
- * for AD__LIST_DOT_RD a constants at consts[b]).  A selection's four
- * operands l, r, t, f are elems[k..k+4). */
+ * or an n-ary record's AD__LIST_* (nary.h) or AD_LIST_PROD/LSE.  An n-ary
+ * operation's a elements (for a dot product a more: y's) are the IDs
+ * eids[k...], each 0 taking the next constant from consts[b...] (for
+ * AD__LIST_DOT_RD after its a constant factors there); a selection's
+ * operands l, r, t, f likewise, at eids[k..k+4). */
 typedef struct ad_ins {
     uint32_t a, b, id, k;
     unsigned char op, sub;
 } ad_ins;
 
-/* An operand: a value's ID, or 0 and the constant. */
+/* An output: a value's ID, or 0 and the constant. */
 typedef struct ad_elem {
     uint32_t id;
     double v;
@@ -36,8 +37,8 @@ typedef struct ad_listing {
     size_t nins, ins_cap;
     double *consts;
     size_t nconsts, consts_cap;
-    ad_elem *elems;
-    size_t nelems, elems_cap;
+    uint32_t *eids;
+    size_t neids, eids_cap;
     size_t widest;   /* the most elements of one n-ary operation */
     size_t guards;
     int expect;      /* the next n-ary or selection record is announced */

@@ -151,6 +151,7 @@ typedef struct run {
     ad_real *val;     /* val[id]: the value the operation kept as id made, replayed */
     ad_real *xs, *ys; /* an n-ary operation's elements */
     int recorded;     /* run inside the driver's recording, which a guard fails */
+    int owned;        /* val is the replay's own, not the thread's spare */
     ad_status status;
 } run;
 
@@ -318,13 +319,36 @@ static ad_real run_objective(const ad_real *x, size_t n, void *ctx)
     return y;
 }
 
-/* A replay's arrays (one allocation), or AD_ENOMEM. */
+/* The thread's value array, kept between replays (a large one costs its
+ * pages' faults again on every call otherwise): one replay at a time
+ * takes it; a replay that finds it taken has its own. */
+static _Thread_local ad_real *spare;
+static _Thread_local size_t spare_cap;
+static _Thread_local int spare_taken;
+
+static void spare_free(void)
+{
+    ad_free(spare);
+    spare = NULL;
+    spare_cap = 0;
+}
+
+/* A replay's arrays, or AD_ENOMEM. */
 static ad_status run_begin(run *r, const ad_program *P, size_t extra)
 {
     size_t count = (size_t)P->top + 1 + 2 * P->widest + extra;
     *r = (run){.P = P, .recorded = 1, .status = AD_OK};
-    if (count > SIZE_MAX / sizeof(ad_real) || !(r->val = ad_alloc(count * sizeof(ad_real))))
+    if (count > SIZE_MAX / sizeof(ad_real))
         return AD_ENOMEM;
+    if (!spare_taken && ad_thread_cleanup(spare_free) == AD_OK &&
+        ad_reserve((void **)&spare, &spare_cap, count, sizeof *spare) == AD_OK) {
+        spare_taken = 1;
+        r->val = spare;
+    } else {
+        r->owned = 1;
+        if (!(r->val = ad_alloc(count * sizeof(ad_real))))
+            return AD_ENOMEM;
+    }
     r->xs = r->val + P->top + 1;
     r->ys = r->xs + P->widest;
     return AD_OK;
@@ -333,7 +357,10 @@ static ad_status run_begin(run *r, const ad_program *P, size_t extra)
 /* A driver's status, AD_EBRANCH where a guard failed. */
 static ad_status run_end(run *r, ad_status s)
 {
-    ad_free(r->val);
+    if (r->owned)
+        ad_free(r->val);
+    else
+        spare_taken = 0;
     return r->status != AD_OK ? r->status : s;
 }
 

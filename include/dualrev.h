@@ -89,7 +89,7 @@ typedef enum ad_status {
     AD_ENESTING,  /* ad_gradient nested deeper than AD_MAX_NESTING */
     AD_EFOREIGN,  /* a value from another recording was used (or returned) */
     AD_EBUSY,     /* the call is not allowed while a recording is active */
-    AD_ENOTSUP,   /* a record on the tape has no rule for this sweep */
+    AD_ENOTSUP,   /* a record has no rule for this sweep, or a program or nested call cannot keep it */
     AD_ENONFINITE, /* AD_CHECK_FINITE: a number became Inf or NaN from finite ones (ad_last_fault) */
     AD_ESTRUCTURE, /* x reaches a pair outside the structure fixed by an earlier call */
     AD_EOVERFLOW,  /* a derivative left the double range on its way and made NaN of results */

@@ -8,6 +8,7 @@
  * are ad_gradient's and ad_jvp's numbers, as constants. */
 #include <math.h>
 
+#include "listing.h"
 #include "recording.h"
 #include "replay.h"
 #include "status.h"
@@ -69,6 +70,8 @@ static int any_mine(ad_tape *t, size_t n, const ad_real *x, const ad_real *v, ad
         return 0;
     if (!ad_reals_mine(t, n, x) || (v && !ad_reals_mine(t, n, v)))
         *s = AD_EFOREIGN;
+    else if (ad_listing_of(t))
+        *s = AD_ENOTSUP;  /* the replay sets values no kept operation would make */
     return 1;
 }
 

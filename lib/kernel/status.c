@@ -13,7 +13,7 @@ const char *ad_strerror(ad_status s)
     case AD_ENESTING: return "ad_gradient nested deeper than AD_MAX_NESTING";
     case AD_EFOREIGN: return "a value of another recording (an earlier call, another thread or nesting level) was used";
     case AD_EBUSY: return "not allowed while a recording is active on this thread";
-    case AD_ENOTSUP: return "an external function on the tape has no rule for this sweep (jvp, or second order)";
+    case AD_ENOTSUP: return "not supported here: a record without a rule for this sweep (an external function without jvp or hvp), or what a nested derivative or a recorded program cannot keep";
     case AD_ENONFINITE: return "a number became Inf or NaN from finite ones (AD_CHECK_FINITE; see ad_last_fault)";
     case AD_ESTRUCTURE: return "the point reaches a pair outside the structure fixed by an earlier call";
     case AD_EBRANCH: return "a comparison the program recorded (ad_lt, ad_le, ad_gt, ad_ge) comes out the other way at this point";

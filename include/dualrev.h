@@ -412,7 +412,8 @@ AD_API void ad_program_free(ad_program *P);
  * not NULL, from the program *P, which is first recorded from f at x if
  * *P is NULL, and recorded again there if a guard fails at x (the old one
  * freed).  A function a program cannot keep (AD_ENOTSUP) is evaluated by
- * ad_gradient each time, *P left NULL.  Free *P with ad_program_free. */
+ * ad_gradient each time, *P a marker saying so (the replays refuse it with
+ * AD_ENOTSUP).  Free *P with ad_program_free. */
 AD_API ad_status ad_program_evaluate(ad_program **P, ad_objective f, void *ctx, size_t n,
                                      const double *x, double *fx, double *grad);
 

@@ -103,6 +103,16 @@ static inline ad_real ad_div_rr(ad_real a, ad_real b)
  * a^(b-1) overflows for tiny a where b a^(b-1), |b| < 1, need not (d/da
  * a^0.001 at 1e-310 is 4.9e306): there, 0 < a < 1, it is (b v) / a, v =
  * a^b, which is then a normal number. */
+/* pow, with the exponents a compiler replaces by exact operations where
+ * it sees them (x * x for 2, 1 / x for -1), which pow() need not round
+ * alike, taken so at run time too: the same bits whether the exponent is
+ * a constant of the caller's or a number it reads (a recorded program
+ * replays it as one). */
+static inline double ad__pow(double a, double b)
+{
+    return b == 2.0 ? a * a : b == -1.0 ? 1.0 / a : pow(a, b);
+}
+
 static inline double ad__pow_da(double a, double b, double v)
 {
     if (b == 0.0)
@@ -117,9 +127,9 @@ static inline double ad__pow_da(double a, double b, double v)
         if (v != v)
             return v;
         if (fabs(b) >= 0x1p53 && fabs(b) <= DBL_MAX)
-            return -b * pow(-a, b - 1.0);
+            return -b * ad__pow(-a, b - 1.0);
     }
-    double d = b * pow(a, b - 1.0);
+    double d = b * ad__pow(a, b - 1.0);
     if (AD__UNLIKELY(fabs(d) > DBL_MAX) && a > 0.0 && a < 1.0)
         d = b * v / a;
     return d;
@@ -128,19 +138,19 @@ static inline double ad__pow_db(double a, double v) { return a == 0.0 ? 0.0 : lo
 
 static inline ad_real ad_pow_rr(ad_real a, ad_real b)
 {
-    double v = pow(a.v, b.v);
+    double v = ad__pow(a.v, b.v);
     return ad__rec2(v, a, ad__pow_da(a.v, b.v, v), b, ad__pow_db(a.v, v), AD__OP_POW);
 }
 
 static inline ad_real ad_pow_rd(ad_real a, double b)
 {
-    double v = pow(a.v, b);
+    double v = ad__pow(a.v, b);
     return ad__rec1(v, a, ad__pow_da(a.v, b, v), AD__OP_POW_RD, b);
 }
 
 static inline ad_real ad_pow_dr(double a, ad_real b)
 {
-    double v = pow(a, b.v);
+    double v = ad__pow(a, b.v);
     return ad__rec1(v, b, ad__pow_db(a, v), AD__OP_POW_DR, a);
 }
 
@@ -319,7 +329,7 @@ AD__MIXED(atan2, atan2(a, b))
 AD__MIXED(hypot, hypot(a, b))
 AD__MIXED(fmin, fmin(a, b))
 AD__MIXED(fmax, fmax(a, b))
-static inline double ad_pow_dd(double a, double b) { return pow(a, b); }
+static inline double ad_pow_dd(double a, double b) { return ad__pow(a, b); }
 
 /* ---- unary operations ---- */
 

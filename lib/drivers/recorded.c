@@ -55,9 +55,10 @@ static int outputs_seen(const ad_tape *t, size_t m)
     const ad_side *sd = ad_tape_side(t, &ad_listing_mode);
     for (size_t j = 0; j < m; j++) {
         uint32_t id = t->outputs[j].id;
-        if (id < t->first)
-            continue;  /* a constant or an input: taken as it is */
-        double v = *(const double *)ad_side_entry(t, sd, id), o = t->outputs[j].v;
+        if (!id)
+            continue;  /* a constant: kept as it is */
+        double o = t->outputs[j].v;
+        double v = id < t->first ? t->inputs[id - 1].v : *(const double *)ad_side_entry(t, sd, id);
         if (memcmp(&v, &o, sizeof v) && (v == v || o == o))
             return 0;
     }
@@ -165,9 +166,7 @@ static ad_real unary(int op, ad_real a, const double *c)
     switch (op) {
     case AD__OP_NEG: return ad_neg_r(a);
     case AD__OP_FABS: return ad_fabs_r(a);
-    /* a compiler turns pow(x, 2.0) with its constant into x * x, which
-     * pow() need not round alike: so does the replay */
-    case AD__OP_POW_RD: return c[0] == 2.0 ? ad_pow_rd(a, 2.0) : ad_pow_rd(a, c[0]);
+    case AD__OP_POW_RD: return ad_pow_rd(a, c[0]);
     case AD__OP_POW_DR: return ad_pow_dr(c[0], a);
     case AD__OP_SQRT: return ad_sqrt_r(a);
     case AD__OP_CBRT: return ad_cbrt_r(a);
@@ -366,7 +365,7 @@ static ad_status run_end(run *r, ad_status s)
 
 ad_status ad_program_value(ad_program *P, const double *x, double *fx)
 {
-    if (!P || !fx || (P->n && !x) || P->unkept) {
+    if (!P || (!fx && P->m) || (P->n && !x) || P->unkept) {
         if (P)
             ad_fill_nan(fx, P->m);
         return P && P->unkept ? AD_ENOTSUP : AD_EINVAL;
@@ -395,7 +394,7 @@ static ad_status scalar_begin(run *r, ad_program *P, double *fx, double *grad, d
     ad_fill_nan(fx, 1);
     ad_fill_nan(grad, n);
     ad_fill_nan(more, n);
-    return !P || P->m != 1 ? AD_EINVAL : P->unkept ? AD_ENOTSUP : AD_ENOMEM;
+    return !P ? AD_EINVAL : P->unkept ? AD_ENOTSUP : P->m != 1 ? AD_EINVAL : AD_ENOMEM;
 }
 
 ad_status ad_program_gradient(ad_program *P, const double *x, double *fx, double *grad)
@@ -417,13 +416,25 @@ ad_status ad_program_hvp(ad_program *P, const double *x, const double *v, double
     return run_end(&r, ad_hvp(run_objective, &r, P->n, x, v, fx, grad, hv));
 }
 
+/* A CSR a failed start leaves: empty (an output, perhaps never
+ * initialised, as the sparse drivers take it), or its values NaN. */
+static void csr_failed(ad_csr *A, int keep_structure)
+{
+    if (A && keep_structure)
+        ad_fill_nan(A->val, A->nnz);
+    else if (A)
+        memset(A, 0, sizeof *A);
+}
+
 ad_status ad_program_sparse_hessian(ad_program *P, const double *x, double *fx, double *grad,
                                     ad_csr *H)
 {
     run r;
     ad_status s = scalar_begin(&r, P, fx, grad, NULL);
-    if (s != AD_OK)
+    if (s != AD_OK) {
+        csr_failed(H, 0);
         return s;
+    }
     return run_end(&r, ad_sparse_hessian(run_objective, &r, P->n, x, fx, grad, H));
 }
 
@@ -432,8 +443,10 @@ ad_status ad_program_sparse_hessian_values(ad_program *P, const double *x, doubl
 {
     run r;
     ad_status s = scalar_begin(&r, P, fx, grad, NULL);
-    if (s != AD_OK)
+    if (s != AD_OK) {
+        csr_failed(H, 1);
         return s;
+    }
     s = run_end(&r, ad_sparse_hessian_values(run_objective, &r, P->n, x, fx, grad, H));
     if (s == AD_EBRANCH && H && H->val)
         ad_fill_nan(H->val, H->nnz);
@@ -483,8 +496,10 @@ ad_status ad_program_sparse_jacobian(ad_program *P, const double *x, double *y, 
 {
     run r;
     ad_status s = vector_begin(&r, P, y, NULL, 0);
-    if (s != AD_OK)
+    if (s != AD_OK) {
+        csr_failed(J, 0);
         return s;
+    }
     return run_end(&r, ad_sparse_jacobian(run_function, &r, P->n, x, P->m, y, J));
 }
 
@@ -514,8 +529,10 @@ ad_status ad_program_evaluate(ad_program **P, ad_objective f, void *ctx, size_t 
         if (s == AD_OK)
             return evaluate_once(*P, x, fx, grad);
         if (s == AD_ENOTSUP && (*P = ad_alloc(sizeof **P)) != NULL)
-            **P = (ad_program){.unkept = 1};
+            **P = (ad_program){.n = n, .m = 1, .unkept = 1};
     }
+    if (s == AD_OK)
+        return s;
     if (s != AD_ENOTSUP) {
         ad_fill_nan(fx, 1);
         ad_fill_nan(grad, n);

@@ -12,8 +12,12 @@
  * Variables: theta_0..N, omega_0..N, u_0..N (3 (N + 1)); constraints: the
  * 2 N collocation defects; the boundary values are fixed by the bounds.
  *
- * Usage: ipopt_pendulum [N] [--out FILE]   (N = 1000; FILE: t, theta,
- * omega, u of the exact-Hessian solution, for examples/pendulum.gp). */
+ * Usage: ipopt_pendulum [N] [--replay] [--out FILE]   (N = 1000; FILE: t,
+ * theta, omega, u of the exact-Hessian solution, for examples/pendulum.gp).
+ * --replay sets the bridge's replay option: f, g and the Lagrangian are
+ * recorded as programs at the first point and replayed (dualrev/ipopt.h);
+ * the table's last columns say how long the callbacks took and their
+ * share of the solve. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +69,7 @@ static void defects(const ad_real *z, size_t n, ad_real *y, size_t m, void *ctx)
 
 typedef struct run {
     const char *hessian;
+    int replay;
     enum ApplicationReturnStatus app;
     ad_status status;
     double obj, seconds, eval_seconds;
@@ -111,6 +116,7 @@ static int solve(pendulum *p, const char *hessian, double *z, run *r)
         AddIpoptIntOption(b.problem, "max_iter", 3000);
         if (hessian)
             AddIpoptStrOption(b.problem, "hessian_approximation", (char *)hessian);
+        b.replay = r->replay;
         double t0 = now();
         r->status = ad_ipopt_solve(&b, z, &r->obj, NULL, NULL, NULL, NULL, &r->app);
         r->seconds = now() - t0;
@@ -127,14 +133,17 @@ int main(int argc, char **argv)
 {
     pendulum p = {1000, 0.0};
     const char *out = NULL;
+    int replay = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc)
             out = argv[++i];
+        else if (!strcmp(argv[i], "--replay"))
+            replay = 1;
         else
             p.steps = (size_t)strtoul(argv[i], NULL, 10);
     }
     if (p.steps < 2) {
-        fprintf(stderr, "usage: %s [N >= 2] [--out FILE]\n", argv[0]);
+        fprintf(stderr, "usage: %s [N >= 2] [--replay] [--out FILE]\n", argv[0]);
         return 2;
     }
     p.h = T_END / (double)p.steps;
@@ -142,10 +151,10 @@ int main(int argc, char **argv)
     double *z = malloc(n * sizeof *z), *zl = malloc(n * sizeof *zl);
     if (!z || !zl)
         return 1;
-    run exact, lbfgs;
+    run exact = {.replay = replay}, lbfgs = {.replay = replay};
     int bad = solve(&p, NULL, z, &exact) | solve(&p, "limited-memory", zl, &lbfgs);
-    printf("pendulum swing-up, N = %zu steps, %zu variables, %zu constraints\n", p.steps, n,
-           2 * p.steps);
+    printf("pendulum swing-up, N = %zu steps, %zu variables, %zu constraints%s\n", p.steps, n,
+           2 * p.steps, replay ? ", replaying programs" : "");
     printf("%-15s %-22s %10s %6s %10s %10s %7s\n", "Hessian", "status", "effort", "iter",
            "wall s", "dualrev s", "share");
     const run *runs[2] = {&exact, &lbfgs};

@@ -1,6 +1,9 @@
 /* Problems for the optimiser bridges' tests (test_bridge_*.c): extended
  * Rosenbrock, Hock-Schittkowski 71, and a check of a callback's gradient
- * against central differences of the same objective on constants. */
+ * against central differences of the same objective on constants; for the
+ * bridges' replay option, the same problems counting their calls, with
+ * guards (ad_lt, ...) that flip during a solve, and with an external
+ * function that a program cannot keep. */
 #ifndef DUALREV_TESTS_BRIDGE_PROBLEMS_H
 #define DUALREV_TESTS_BRIDGE_PROBLEMS_H
 
@@ -83,6 +86,148 @@ static inline ad_real hs71_equality(const ad_real *x, size_t n, void *ctx)
     return ad_sub(ad_add(ad_add(ad_mul(x[0], x[0]), ad_mul(x[1], x[1])),
                          ad_add(ad_mul(x[2], x[2]), ad_mul(x[3], x[3]))),
                   40.0);
+}
+
+/* ---- for replay: counted calls, guards, a function programs cannot keep ----
+ *
+ * Each function below counts its calls in a bridge_calls passed as ctx
+ * (NULL: no count): f for objectives and scalar constraints, g for vector
+ * functions.  With replay, a bridge calls them only to record. */
+typedef struct bridge_calls {
+    unsigned long f, g;
+} bridge_calls;
+
+static inline void count_f(void *ctx)
+{
+    if (ctx)
+        ((bridge_calls *)ctx)->f++;
+}
+
+static inline void count_g(void *ctx)
+{
+    if (ctx)
+        ((bridge_calls *)ctx)->g++;
+}
+
+static inline ad_real counted_rosenbrock(const ad_real *x, size_t n, void *ctx)
+{
+    count_f(ctx);
+    return rosenbrock(x, n, NULL);
+}
+
+/* Rosenbrock plus the Huber penalty of each x_i - 1 (r^2 / 2 within 1,
+ * |r| - 1/2 beyond: once differentiable), its two pieces chosen by a
+ * guard.  Minimum 0 at x = 1; from x_i = -1.2 the guard of x_i starts on
+ * the linear piece and ends on the quadratic one, so a program recorded at
+ * the start fails it (AD_EBRANCH) on the way and is recorded again. */
+static inline ad_real huber_rosenbrock(const ad_real *x, size_t n, void *ctx)
+{
+    count_f(ctx);
+    ad_real s = rosenbrock(x, n, NULL);
+    for (size_t i = 0; i < n; i++) {
+        ad_real r = ad_sub(x[i], 1.0), a = ad_fabs(r);
+        s = ad_add(s, ad_le(a, 1.0) ? ad_mul(0.5, ad_mul(r, r)) : ad_sub(a, 0.5));
+    }
+    return s;
+}
+
+/* HS71's functions counted, and with guards: where x1 < 4.9 (it starts at
+ * 5 and ends at 4.743) the products are taken in another order, the same
+ * function to rounding, so that the guard flips during a solve. */
+static inline ad_real counted_hs71_objective(const ad_real *x, size_t n, void *ctx)
+{
+    count_f(ctx);
+    return hs71_objective(x, n, NULL);
+}
+
+static inline ad_real guarded_hs71_objective(const ad_real *x, size_t n, void *ctx)
+{
+    (void)n;
+    count_f(ctx);
+    ad_real sum = ad_add(ad_add(x[0], x[1]), x[2]);
+    if (ad_lt(x[1], 4.9))
+        return ad_add(ad_mul(x[0], ad_mul(x[3], sum)), x[2]);
+    return ad_add(ad_mul(ad_mul(x[0], x[3]), sum), x[2]);
+}
+
+static inline void counted_hs71_inequality(const ad_real *x, size_t n, ad_real *y, size_t m,
+                                           void *ctx)
+{
+    count_g(ctx);
+    hs71_inequality(x, n, y, m, NULL);
+}
+
+static inline void guarded_hs71_inequality(const ad_real *x, size_t n, ad_real *y, size_t m,
+                                           void *ctx)
+{
+    (void)n, (void)m;
+    count_g(ctx);
+    if (ad_lt(x[1], 4.9))
+        y[0] = ad_sub(25.0, ad_mul(ad_mul(ad_mul(x[0], x[1]), x[2]), x[3]));
+    else
+        y[0] = ad_sub(25.0, ad_mul(ad_mul(x[0], x[1]), ad_mul(x[2], x[3])));
+}
+
+static inline ad_real counted_hs71_equality(const ad_real *x, size_t n, void *ctx)
+{
+    count_f(ctx);
+    return hs71_equality(x, n, NULL);
+}
+
+/* x^2 as an external function (ad_external, with every rule): a program
+ * cannot keep it (AD_ENOTSUP), so a bridge replaying a function that
+ * calls it evaluates that function as without replay. */
+static inline void square_primal(void *ctx, size_t n, const double *x, size_t m, double *y)
+{
+    (void)ctx, (void)n, (void)m;
+    y[0] = x[0] * x[0];
+}
+
+static inline void square_vjp(void *ctx, size_t n, const double *x, size_t m, const double *y,
+                              const double *ybar, double *xbar)
+{
+    (void)ctx, (void)n, (void)m, (void)y;
+    xbar[0] = 2.0 * x[0] * ybar[0];
+}
+
+static inline void square_jvp(void *ctx, size_t n, const double *x, size_t m, const double *y,
+                              const double *xdot, double *ydot)
+{
+    (void)ctx, (void)n, (void)m, (void)y;
+    ydot[0] = 2.0 * x[0] * xdot[0];
+}
+
+static inline void square_hvp(void *ctx, size_t n, const double *x, size_t m, const double *y,
+                              const double *ybar, const double *xdot, double *out)
+{
+    (void)ctx, (void)n, (void)m, (void)x, (void)y;
+    out[0] = 2.0 * ybar[0] * xdot[0];
+}
+
+static inline ad_real external_square(ad_real x)
+{
+    static const ad_rule rule = {square_primal, square_vjp, square_jvp, square_hvp};
+    ad_real y;
+    ad_external(&rule, NULL, 1, &x, 1, &y);
+    return y;
+}
+
+/* Rosenbrock with its first (1 - x_0)^2 through external_square. */
+static inline ad_real external_rosenbrock(const ad_real *x, size_t n, void *ctx)
+{
+    count_f(ctx);
+    ad_real b = ad_sub(1.0, x[0]);
+    return ad_add(ad_sub(rosenbrock(x, n, NULL), ad_mul(b, b)), external_square(b));
+}
+
+/* HS71's inequality plus external_square(x0) - x0 x0 (0, to the bit): a
+ * vector function a program cannot keep. */
+static inline void external_hs71_inequality(const ad_real *x, size_t n, ad_real *y, size_t m,
+                                            void *ctx)
+{
+    count_g(ctx);
+    hs71_inequality(x, n, y, m, NULL);
+    y[0] = ad_add(y[0], ad_sub(external_square(x[0]), ad_mul(x[0], x[0])));
 }
 
 #endif

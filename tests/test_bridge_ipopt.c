@@ -1,7 +1,15 @@
 /* dualrev/ipopt.h: Hock-Schittkowski 71 with Ipopt, exact sparse Hessians
  * and Ipopt's own L-BFGS approximation; value-only calls recording
  * nothing; a structure that moves (AD_ESTRUCTURE) and a failing objective
- * stopping the solve; the initialisation's errors. */
+ * stopping the solve; the initialisation's errors.  With replay
+ * (b.replay): the same solves to the bit with f and g called only to
+ * record, the Hessian of the Lagrangian with each call's weights, guards
+ * that flip on the way recorded again (in a structure that stays, that
+ * shrinks, and that moves: AD_ESTRUCTURE), value-only replays recording
+ * nothing, a g a program cannot keep evaluated as without replay, and a
+ * failing objective. */
+#include <string.h>
+
 #include <dualrev/ipopt.h>
 
 #include "bridge_problems.h"
@@ -167,6 +175,323 @@ static void test_init_errors(void **state)
     ad_ipopt_free(&b);  /* nothing to free: harmless */
 }
 
+/* ---- replay ---- */
+
+static void counted_hs71_g(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
+{
+    count_g(ctx);
+    hs71_g(x, n, y, m, NULL);
+}
+
+/* The product in another order where x1 < 4.9: a guard that flips on the
+ * way from x1 = 5 to 4.743, in a structure that stays. */
+static void guarded_hs71_g(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
+{
+    count_g(ctx);
+    hs71_g(x, n, y, m, NULL);
+    if (ad_lt(x[1], 4.9))
+        y[0] = ad_mul(ad_mul(ad_mul(x[0], x[1]), x[2]), x[3]);
+}
+
+/* hs71_g plus external_square(x0) - x0 x0 (0): no program keeps it. */
+static void external_hs71_g(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
+{
+    count_g(ctx);
+    hs71_g(x, n, y, m, NULL);
+    y[0] = ad_add(y[0], ad_sub(external_square(x[0]), ad_mul(x[0], x[0])));
+}
+
+typedef struct run {
+    double x[4], obj, gx[2], mult_g[2], zl[4], zu[4];
+    enum ApplicationReturnStatus app;
+    long iterations;
+    bridge_calls calls;  /* during the solve */
+    bridge_calls init;   /* during ad_ipopt_init */
+} run;
+
+static void solve(ad_objective f, ad_function g, const char *hessian, int replay, run *r)
+{
+    ad_ipopt b;
+    memset(r, 0, sizeof *r);
+    r->x[0] = 1.0, r->x[1] = 5.0, r->x[2] = 5.0, r->x[3] = 1.0;
+    assert_int_equal(ad_ipopt_init(&b, f, g, &r->calls, 4, 2, x_l, x_u, g_l, g_u, r->x), AD_OK);
+    assert_int_equal(b.replay, 0);  /* off by default */
+    b.replay = replay;
+    r->init = r->calls;
+    r->calls.f = r->calls.g = 0;
+    quiet(&b);
+    if (hessian)
+        AddIpoptStrOption(b.problem, "hessian_approximation", (char *)hessian);
+    assert_int_equal(
+        ad_ipopt_solve(&b, r->x, &r->obj, r->gx, r->mult_g, r->zl, r->zu, &r->app), AD_OK);
+    assert_true(r->app == Solve_Succeeded || r->app == Solved_To_Acceptable_Level);
+    assert_near(r->obj, HS71_OPTIMUM, 1e-8, 0.0);
+    assert_near(r->x[0], 1.0, 1e-6, 1e-6);
+    assert_near(r->gx[1], 40.0, 1e-8, 0.0);
+    r->iterations = b.iterations;
+    ad_ipopt_free(&b);  /* and the programs */
+    assert_null(b.fprog);
+}
+
+/* The same iterates, to the bit: the solution, its multipliers, the
+ * iteration count. */
+static void assert_same_run(const run *a, const run *b)
+{
+    assert_int_equal(a->app, b->app);
+    assert_int_equal(a->iterations, b->iterations);
+    assert_same(a->obj, b->obj);
+    for (int i = 0; i < 4; i++) {
+        assert_same(a->x[i], b->x[i]);
+        assert_same(a->zl[i], b->zl[i]);
+        assert_same(a->zu[i], b->zu[i]);
+    }
+    for (int j = 0; j < 2; j++) {
+        assert_same(a->gx[j], b->gx[j]);
+        assert_same(a->mult_g[j], b->mult_g[j]);
+    }
+}
+
+static void test_hs71_replay(void **state)
+{
+    run plain, replayed;
+    (void)state;
+    solve(counted_hs71_objective, counted_hs71_g, NULL, 0, &plain);
+    solve(counted_hs71_objective, counted_hs71_g, NULL, 1, &replayed);
+    assert_same_run(&plain, &replayed);
+    assert_true(plain.calls.f > 10 && plain.calls.g > 10);
+    /* f and g recorded once each, and once together in the Lagrangian */
+    assert_int_equal(replayed.calls.f, 2);
+    assert_int_equal(replayed.calls.g, 2);
+}
+
+static void test_hs71_limited_memory_replay(void **state)
+{
+    run plain, replayed;
+    (void)state;
+    solve(counted_hs71_objective, counted_hs71_g, "limited-memory", 0, &plain);
+    solve(counted_hs71_objective, counted_hs71_g, "limited-memory", 1, &replayed);
+    assert_same_run(&plain, &replayed);
+    assert_int_equal(replayed.calls.f, 1);  /* no Hessian, no Lagrangian */
+    assert_int_equal(replayed.calls.g, 1);
+}
+
+static void test_guard_flips(void **state)
+{
+    run plain, replayed;
+    (void)state;
+    solve(guarded_hs71_objective, guarded_hs71_g, NULL, 0, &plain);
+    solve(guarded_hs71_objective, guarded_hs71_g, NULL, 1, &replayed);
+    assert_same_run(&plain, &replayed);
+    /* each program recorded again where x1 fell below 4.9 (the start
+     * point itself is on the other side) */
+    assert_true(replayed.x[1] < 4.9);
+    assert_true(replayed.calls.f >= 4 && replayed.calls.f < plain.calls.f / 2);
+    assert_true(replayed.calls.g >= 4 && replayed.calls.g < plain.calls.g / 2);
+}
+
+static void test_unkept(void **state)
+{
+    run plain, replayed;
+    (void)state;
+    solve(counted_hs71_objective, external_hs71_g, NULL, 0, &plain);
+    solve(counted_hs71_objective, external_hs71_g, NULL, 1, &replayed);
+    assert_same_run(&plain, &replayed);
+    /* g and the Lagrangian found unkept at their first recording, then
+     * evaluated as without replay */
+    assert_int_equal(replayed.calls.g, plain.calls.g + 2);
+}
+
+/* The Hessian callback with replay against the one without, at two points
+ * and three sets of weights: each call's own weights, never the
+ * recording's. */
+static void test_hessian_weights(void **state)
+{
+    const double w[3][3] = {{1.0, 1.0, 1.0}, {0.0, -2.5, 0.125}, {3.0, 0.5, -7.0}};
+    double x[4] = {1.0, 5.0, 5.0, 1.0}, h[10], hr[10];
+    ad_ipopt plain, b;
+    (void)state;
+    assert_int_equal(ad_ipopt_init(&plain, hs71_objective, hs71_g, NULL, 4, 2, x_l, x_u, g_l,
+                                   g_u, x),
+                     AD_OK);
+    assert_int_equal(ad_ipopt_init(&b, hs71_objective, hs71_g, NULL, 4, 2, x_l, x_u, g_l, g_u,
+                                   x),
+                     AD_OK);
+    b.replay = 1;
+    for (int k = 0; k < 6; k++) {
+        double lambda[2] = {w[k % 3][1], w[k % 3][2]};
+        if (k == 3)
+            x[1] = 4.0, x[3] = 1.5;
+        assert_true(ad__ipopt_h(4, x, 1, w[k % 3][0], 2, lambda, 1, 10, NULL, NULL, h, &plain));
+        assert_true(ad__ipopt_h(4, x, 1, w[k % 3][0], 2, lambda, 1, 10, NULL, NULL, hr, &b));
+        for (int e = 0; e < 10; e++)
+            assert_same(hr[e], h[e]);
+    }
+    assert_non_null(b.lprog);
+    /* the Lagrangian's x block is the structure fixed at x0 */
+    assert_int_equal(b.lhess.row_ptr[4], b.hess.nnz);
+    ad_ipopt_free(&plain);
+    ad_ipopt_free(&b);
+}
+
+static void test_value_calls_replay(void **state)
+{
+    double x[4] = {1.0, 5.0, 5.0, 1.0}, at[4] = {1.5, 4.5, 3.5, 1.25};
+    double obj, objr, g[2], gr[2];
+    bridge_calls calls = {0, 0};
+    ad_ipopt plain, b;
+    (void)state;
+    assert_int_equal(ad_ipopt_init(&plain, hs71_objective, hs71_g, NULL, 4, 2, x_l, x_u, g_l,
+                                   g_u, x),
+                     AD_OK);
+    assert_int_equal(ad_ipopt_init(&b, counted_hs71_objective, counted_hs71_g, &calls, 4, 2, x_l,
+                                   x_u, g_l, g_u, x),
+                     AD_OK);
+    b.replay = 1;
+    calls.f = calls.g = 0;
+    assert_true(ad__ipopt_f(4, x, 1, &objr, &b));  /* these record */
+    assert_true(ad__ipopt_g(4, x, 1, 2, gr, &b));
+    assert_int_equal(calls.f, 1);
+    assert_int_equal(calls.g, 1);
+    size_t old = ad_set_tape_limit(1);  /* value replays record nothing */
+    assert_true(ad__ipopt_f(4, at, 1, &objr, &b));
+    assert_true(ad__ipopt_g(4, at, 1, 2, gr, &b));
+    assert_true(ad__ipopt_f(4, at, 1, &obj, &plain));
+    assert_true(ad__ipopt_g(4, at, 1, 2, g, &plain));
+    ad_set_tape_limit(old);
+    assert_same(objr, obj);
+    assert_same(gr[0], g[0]);
+    assert_same(gr[1], g[1]);
+    assert_int_equal(calls.f, 1);
+    assert_int_equal(calls.g, 1);
+    assert_int_equal(b.status, AD_OK);
+    ad_ipopt_free(&plain);
+    ad_ipopt_free(&b);
+}
+
+/* A solve from x0 = (0, 0) to (3, 1) past a guard at x0 = 2 beyond which
+ * the constraint gains x0 x1: the Hessian of the Lagrangian reaches (1, 0),
+ * outside the structure fixed at x0.  With replay the programs of g and of
+ * the Lagrangian are recorded again there, and the Lagrangian's new
+ * structure stops the solve as without replay. */
+static ad_real shifted_square(const ad_real *x, size_t n, void *ctx)
+{
+    (void)n;
+    count_f(ctx);
+    ad_real a = ad_sub(x[0], 3.0), c = ad_sub(x[1], 1.0);
+    return ad_add(ad_mul(a, a), ad_mul(c, c));
+}
+
+static void growing_g(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
+{
+    (void)n, (void)m;
+    count_g(ctx);
+    y[0] = ad_add(x[0], x[1]);
+    if (ad_gt(x[0], 2.0))
+        y[0] = ad_add(y[0], ad_mul(1e-3, ad_mul(x[0], x[1])));
+}
+
+static void test_guard_moves_structure(void **state)
+{
+    const double lo[2] = {-10, -10}, hi[2] = {10, 10}, gl[1] = {-1e20}, gu[1] = {10};
+    (void)state;
+    for (int replay = 0; replay < 2; replay++) {
+        double x[2] = {0.0, 0.0}, obj;
+        bridge_calls calls = {0, 0};
+        ad_ipopt b;
+        enum ApplicationReturnStatus app;
+        assert_int_equal(ad_ipopt_init(&b, shifted_square, growing_g, &calls, 2, 1, lo, hi, gl,
+                                       gu, x),
+                         AD_OK);
+        assert_int_equal(b.hess.nnz, 2);  /* the diagonal */
+        quiet(&b);
+        b.replay = replay;
+        assert_int_equal(ad_ipopt_solve(&b, x, &obj, NULL, NULL, NULL, NULL, &app),
+                         AD_ESTRUCTURE);
+        assert_true(app != Solve_Succeeded);
+        if (replay)
+            assert_non_null(b.lprog);  /* recorded again past the guard */
+        ad_ipopt_free(&b);
+    }
+}
+
+static void guarded_shrinking_g(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
+{
+    (void)n, (void)m;
+    count_g(ctx);
+    y[0] = ad_add(x[0], 0.0);
+    if (ad_lt(x[0], 0.5))
+        y[0] = ad_add(y[0], ad_mul(1e-3, x[1]));
+}
+
+static void test_guard_shrinks_structure(void **state)
+{
+    const double lo[2] = {-1e20, -1e20}, hi[2] = {1e20, 1e20}, gl[1] = {-1e20}, gu[1] = {1.5};
+    double xs[2][2], objs[2];
+    long iters[2];
+    bridge_calls calls[2] = {{0, 0}, {0, 0}};
+    (void)state;
+    for (int replay = 0; replay < 2; replay++) {
+        double *x = xs[replay];
+        ad_ipopt b;
+        enum ApplicationReturnStatus app;
+        x[0] = x[1] = 0.0;
+        assert_int_equal(ad_ipopt_init(&b, counted_rosenbrock, guarded_shrinking_g,
+                                       &calls[replay], 2, 1, lo, hi, gl, gu, x),
+                         AD_OK);
+        quiet(&b);
+        b.replay = replay;
+        calls[replay].f = calls[replay].g = 0;
+        assert_int_equal(ad_ipopt_solve(&b, x, &objs[replay], NULL, NULL, NULL, NULL, &app),
+                         AD_OK);
+        assert_int_equal(app, Solve_Succeeded);
+        assert_true(fabs(x[0] - 1.0) < 1e-6 && fabs(x[1] - 1.0) < 1e-6);
+        iters[replay] = b.iterations;
+        ad_ipopt_free(&b);
+    }
+    assert_int_equal(iters[0], iters[1]);
+    assert_same(objs[0], objs[1]);
+    assert_same(xs[0][0], xs[1][0]);
+    assert_same(xs[0][1], xs[1][1]);
+    assert_true(calls[1].g >= 4 && calls[1].g < calls[0].g / 2);  /* recorded again */
+}
+
+/* x0^2 + x1^2 at its first call (the initialisation's), which keeps x0;
+ * a value of that recording afterwards (AD_EFOREIGN). */
+typedef struct kept {
+    ad_real x0;
+    int have;
+} kept;
+
+static ad_real failing_later(const ad_real *x, size_t n, void *ctx)
+{
+    kept *k = (kept *)ctx;
+    (void)n;
+    if (!k->have) {
+        k->x0 = x[0];
+        k->have = 1;
+        return ad_add(ad_mul(x[0], x[0]), ad_mul(x[1], x[1]));
+    }
+    return ad_add(x[0], k->x0);
+}
+
+static void test_failure_replay(void **state)
+{
+    double x[2] = {1.0, 2.0}, obj;
+    const double lo[2] = {-10, -10}, hi[2] = {10, 10};
+    kept k = {{0.0, 0, 0}, 0};
+    ad_ipopt b;
+    enum ApplicationReturnStatus app;
+    (void)state;
+    assert_int_equal(ad_ipopt_init(&b, failing_later, NULL, &k, 2, 0, lo, hi, NULL, NULL, x),
+                     AD_OK);
+    quiet(&b);
+    b.replay = 1;
+    assert_int_equal(ad_ipopt_solve(&b, x, &obj, NULL, NULL, NULL, NULL, &app), AD_EFOREIGN);
+    assert_true(app != Solve_Succeeded);
+    assert_null(b.fprog);
+    ad_ipopt_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -177,6 +502,15 @@ int main(void)
         cmocka_unit_test(test_structure_shrinks),
         cmocka_unit_test(test_failure_stops),
         cmocka_unit_test(test_init_errors),
+        cmocka_unit_test(test_hs71_replay),
+        cmocka_unit_test(test_hs71_limited_memory_replay),
+        cmocka_unit_test(test_guard_flips),
+        cmocka_unit_test(test_unkept),
+        cmocka_unit_test(test_hessian_weights),
+        cmocka_unit_test(test_value_calls_replay),
+        cmocka_unit_test(test_guard_moves_structure),
+        cmocka_unit_test(test_guard_shrinks_structure),
+        cmocka_unit_test(test_failure_replay),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

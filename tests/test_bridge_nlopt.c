@@ -1,7 +1,12 @@
 /* dualrev/nlopt.h: Hock-Schittkowski 71 with SLSQP (a vector inequality
  * constraint and a scalar equality), the callbacks' gradients and
  * Jacobian, value-only calls recording nothing, and a failing objective
- * stopping the optimiser. */
+ * stopping the optimiser; with replay (b.replay), the same solve to the
+ * bit with each function called once, guards that flip on the way
+ * recorded again, value-only replays recording nothing, and functions a
+ * program cannot keep evaluated as without replay. */
+#include <string.h>
+
 #include <nlopt.h>
 
 #include <dualrev/nlopt.h>
@@ -107,12 +112,190 @@ static void test_failure_stops(void **state)
     nlopt_destroy(opt);
 }
 
+/* One SLSQP solve of HS71 from (1, 5, 5, 1) with the given objective,
+ * inequality (a vector function) and equality, replaying or not. */
+typedef struct run {
+    double x[4], fx;
+    nlopt_result result;
+    int evaluations;
+    bridge_calls obj, ineq, eq;
+} run;
+
+static void solve(ad_objective f, ad_function c, ad_objective e, int replay, run *r)
+{
+    const double lo[4] = {1, 1, 1, 1}, hi[4] = {5, 5, 5, 5}, tol[1] = {1e-10};
+    ad_nlopt obj, ineq, eq;
+    memset(r, 0, sizeof *r);
+    r->x[0] = 1.0, r->x[1] = 5.0, r->x[2] = 5.0, r->x[3] = 1.0;
+    nlopt_opt opt = nlopt_create(NLOPT_LD_SLSQP, 4);
+    assert_int_equal(ad_nlopt_init(&obj, opt, f, NULL, &r->obj, 4, 0), AD_OK);
+    assert_int_equal(ad_nlopt_init(&ineq, opt, NULL, c, &r->ineq, 4, 1), AD_OK);
+    assert_int_equal(ad_nlopt_init(&eq, opt, e, NULL, &r->eq, 4, 0), AD_OK);
+    assert_int_equal(obj.replay, 0);  /* off by default */
+    obj.replay = ineq.replay = eq.replay = replay;
+    nlopt_set_lower_bounds(opt, lo);
+    nlopt_set_upper_bounds(opt, hi);
+    nlopt_set_min_objective(opt, ad_nlopt_scalar, &obj);
+    nlopt_add_inequality_mconstraint(opt, 1, ad_nlopt_vector, &ineq, tol);
+    nlopt_add_equality_constraint(opt, ad_nlopt_scalar, &eq, 1e-10);
+    nlopt_set_xtol_rel(opt, 1e-12);
+    nlopt_set_ftol_rel(opt, 1e-14);
+    nlopt_set_maxeval(opt, 1000);  /* a few dozen: more is a failure */
+    r->result = nlopt_optimize(opt, r->x, &r->fx);
+    r->evaluations = nlopt_get_numevals(opt);
+    assert_true(r->result > 0);
+    assert_int_equal(obj.status, AD_OK);
+    assert_int_equal(ineq.status, AD_OK);
+    assert_int_equal(eq.status, AD_OK);
+    assert_near(r->fx, HS71_OPTIMUM, 1e-8, 0.0);
+    assert_near(r->x[0], 1.0, 1e-6, 1e-6);
+    ad_nlopt_free(&obj), ad_nlopt_free(&ineq), ad_nlopt_free(&eq);  /* and the programs */
+    assert_null(obj.program);
+    nlopt_destroy(opt);
+}
+
+static void assert_same_run(const run *a, const run *b)
+{
+    assert_int_equal(a->result, b->result);
+    assert_int_equal(a->evaluations, b->evaluations);
+    assert_same(a->fx, b->fx);
+    for (int i = 0; i < 4; i++)
+        assert_same(a->x[i], b->x[i]);
+}
+
+static void test_hs71_replay(void **state)
+{
+    run plain, replayed;
+    (void)state;
+    solve(counted_hs71_objective, counted_hs71_inequality, counted_hs71_equality, 0, &plain);
+    solve(counted_hs71_objective, counted_hs71_inequality, counted_hs71_equality, 1, &replayed);
+    assert_same_run(&plain, &replayed);
+    assert_true(plain.obj.f > 5 && plain.ineq.g > 5 && plain.eq.f > 5);
+    /* each recorded at the first point, then replayed */
+    assert_int_equal(replayed.obj.f, 1);
+    assert_int_equal(replayed.ineq.g, 1);
+    assert_int_equal(replayed.eq.f, 1);
+}
+
+static void test_guard_flips(void **state)
+{
+    run plain, replayed;
+    (void)state;
+    solve(guarded_hs71_objective, guarded_hs71_inequality, counted_hs71_equality, 0, &plain);
+    solve(guarded_hs71_objective, guarded_hs71_inequality, counted_hs71_equality, 1, &replayed);
+    assert_same_run(&plain, &replayed);
+    /* x1 falls below 4.9 on the way: both recorded again there */
+    assert_true(replayed.obj.f >= 2 && replayed.obj.f < plain.obj.f);
+    assert_true(replayed.ineq.g >= 2 && replayed.ineq.g < plain.ineq.g);
+    assert_int_equal(replayed.eq.f, 1);
+    assert_true(replayed.x[1] < 4.9);
+}
+
+static void test_unkept(void **state)
+{
+    run plain, replayed;
+    (void)state;
+    solve(counted_hs71_objective, external_hs71_inequality, counted_hs71_equality, 0, &plain);
+    solve(counted_hs71_objective, external_hs71_inequality, counted_hs71_equality, 1, &replayed);
+    assert_same_run(&plain, &replayed);
+    /* the inequality, evaluated as without replay after the recording
+     * that found out; the others replayed */
+    assert_int_equal(replayed.ineq.g, plain.ineq.g + 1);
+    assert_int_equal(replayed.obj.f, 1);
+}
+
+static void counted_two(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
+{
+    count_g(ctx);
+    two(x, n, y, m, NULL);
+}
+
+static void test_callbacks_replay(void **state)
+{
+    const double x[4] = {0.5, -1.0, 1.5, 0.25}, x2[4] = {0.75, 2.0, -1.5, 1.0};
+    double g[4], gr[4], jac[8], jr[8], y[2], yr[2], fx;
+    bridge_calls calls = {0, 0};
+    ad_nlopt s, v, sr, vr;
+    (void)state;
+    nlopt_opt opt = nlopt_create(NLOPT_LD_SLSQP, 4);
+    assert_int_equal(ad_nlopt_init(&s, opt, hs71_objective, NULL, NULL, 4, 0), AD_OK);
+    assert_int_equal(ad_nlopt_init(&v, opt, NULL, two, NULL, 4, 2), AD_OK);
+    assert_int_equal(ad_nlopt_init(&sr, opt, counted_hs71_objective, NULL, &calls, 4, 0), AD_OK);
+    assert_int_equal(ad_nlopt_init(&vr, opt, NULL, counted_two, &calls, 4, 2), AD_OK);
+    sr.replay = vr.replay = 1;
+    /* value calls first: they record */
+    fx = ad_nlopt_scalar(4, x, NULL, &s);
+    assert_same(ad_nlopt_scalar(4, x, NULL, &sr), fx);
+    ad_nlopt_vector(2, y, 4, x, NULL, &v);
+    ad_nlopt_vector(2, yr, 4, x, NULL, &vr);
+    assert_same(yr[0], y[0]);
+    assert_same(yr[1], y[1]);
+    assert_int_equal(calls.f, 1);
+    assert_int_equal(calls.g, 1);
+    for (int k = 0; k < 2; k++) {
+        const double *at = k ? x2 : x;
+        assert_same(ad_nlopt_scalar(4, at, gr, &sr), ad_nlopt_scalar(4, at, g, &s));
+        for (int i = 0; i < 4; i++)
+            assert_same(gr[i], g[i]);
+        ad_nlopt_vector(2, yr, 4, at, jr, &vr);
+        ad_nlopt_vector(2, y, 4, at, jac, &v);
+        for (int j = 0; j < 2; j++)
+            assert_same(yr[j], y[j]);
+        for (int i = 0; i < 8; i++)
+            assert_same(jr[i], jac[i]);
+    }
+    assert_int_equal(calls.f, 1);  /* replays only */
+    assert_int_equal(calls.g, 1);
+    /* value replays record nothing: a tape limit of 1 record does not
+     * stop them; derivative replays record the programs' operations */
+    ad_nlopt_vector(2, y, 4, x, NULL, &v);
+    size_t old = ad_set_tape_limit(1);
+    assert_same(ad_nlopt_scalar(4, x, NULL, &sr), fx);
+    ad_nlopt_vector(2, yr, 4, x, NULL, &vr);
+    assert_same(yr[0], y[0]);
+    assert_same(yr[1], y[1]);
+    assert_nan(ad_nlopt_scalar(4, x, g, &sr));
+    ad_nlopt_vector(2, yr, 4, x, jr, &vr);
+    ad_set_tape_limit(old);
+    assert_int_equal(sr.status, AD_ERANGE);
+    assert_int_equal(vr.status, AD_ERANGE);
+    assert_nan(yr[0]);
+    assert_nan(jr[0]);
+    assert_int_equal(calls.f, 1);
+    assert_int_equal(calls.g, 1);
+    ad_nlopt_free(&s), ad_nlopt_free(&v), ad_nlopt_free(&sr), ad_nlopt_free(&vr);
+    nlopt_destroy(opt);
+}
+
+static void test_failure_replay(void **state)
+{
+    double x[2] = {1.0, 2.0}, fx, g[2];
+    ad_nlopt b;
+    (void)state;
+    (void)ad_gradient(failing, NULL, 2, x, &fx, g);  /* keeps a value, unless it has one */
+    nlopt_opt opt = nlopt_create(NLOPT_LD_LBFGS, 2);
+    assert_int_equal(ad_nlopt_init(&b, opt, failing, NULL, NULL, 2, 0), AD_OK);
+    b.replay = 1;
+    nlopt_set_min_objective(opt, ad_nlopt_scalar, &b);
+    nlopt_set_maxeval(opt, 100);
+    assert_int_equal(nlopt_optimize(opt, x, &fx), NLOPT_FORCED_STOP);
+    assert_int_equal(b.status, AD_EFOREIGN);
+    assert_null(b.program);
+    ad_nlopt_free(&b);
+    nlopt_destroy(opt);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hs71),
         cmocka_unit_test(test_callbacks),
         cmocka_unit_test(test_failure_stops),
+        cmocka_unit_test(test_hs71_replay),
+        cmocka_unit_test(test_guard_flips),
+        cmocka_unit_test(test_unkept),
+        cmocka_unit_test(test_callbacks_replay),
+        cmocka_unit_test(test_failure_replay),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,7 +23,33 @@
  * ad_sparse_hessian_values; Ipopt's value-only calls evaluate f and g on
  * constants and record nothing.  A failing evaluation returns false to
  * Ipopt and stops the solve at the next iteration's callback
- * (User_Requested_Stop); its status is ad_ipopt_solve's result. */
+ * (User_Requested_Stop); its status is ad_ipopt_solve's result.
+ *
+ * Replay (off by default): set b.replay = 1 after ad_ipopt_init, and each
+ * solve records programs of f (ad_program_record) and of g
+ * (ad_program_record_function) at the first point Ipopt evaluates them,
+ * and of the Lagrangian with its weights as inputs, L(x, sigma, lambda) =
+ * sigma f(x) + lambda^T g(x) over n + 1 + m inputs, at its first Hessian;
+ * every callback is then a replay: f and its gradient by
+ * ad_program_evaluate, g and its Jacobian by ad_program_value and
+ * ad_program_sparse_jacobian, the Hessian by
+ * ad_program_sparse_hessian_values of L at (x, obj_factor, lambda) --
+ * Ipopt's weights of that call, never the recording's -- whose x block
+ * (the first n rows of its lower triangle) goes into the structure fixed
+ * at x0.  f and g are not called again, and the numbers are, bit for bit,
+ * those of the calls without replay (the Hessian's too).  Where a guard a
+ * program kept (ad_lt, ...) comes out the other way, that function is
+ * recorded again at the point, and for L its Hessian's structure taken
+ * again (ad_program_sparse_hessian); a point whose Jacobian or Hessian
+ * then reaches an entry outside the structures fixed at x0 stops the solve
+ * with AD_ESTRUCTURE, as without replay.  A function a program cannot keep
+ * (AD_ENOTSUP) is evaluated as without replay.  Branches on ad_value() are
+ * not seen by a replay (docs/api.md, "Recorded programs"): write them with
+ * guards (or ad_select_lt).  The programs are freed when the next solve
+ * starts and by ad_ipopt_free.  A value-only call fails too where its
+ * replay does.  Replay pays where f and g do much besides their
+ * operations; for straight-line code a replay costs more than calling
+ * them (examples/ipopt_pendulum.c --replay). */
 #ifndef DUALREV_IPOPT_H
 #define DUALREV_IPOPT_H
 
@@ -49,9 +75,14 @@ typedef struct ad_ipopt {
     double sigma;          /* the Lagrangian's weights, in eval_h */
     const double *lambda;
     ad_real *xr, *yr;      /* x and g(x) as constants: value-only calls, the Lagrangian */
-    double *work;          /* n + m numbers */
+    double *work;          /* n + m + 1 numbers, then xw's */
     double eval_seconds;   /* wall time spent in the callbacks, over the last solve */
     long iterations;       /* Ipopt's iteration count, over the last solve */
+    int replay;            /* 1: replay programs (above); 0, ad_ipopt_init's: record each call */
+    ad_program *fprog, *gprog, *lprog; /* f, g and the Lagrangian's programs, once recorded */
+    ad_csr lhess;          /* lprog's Hessian over (x, sigma, lambda): its structure, its values */
+    double *xw;            /* x, sigma, lambda: lprog's inputs (n + 1 + m numbers) */
+    int unkept;            /* 1: g, 2: the Lagrangian cannot be kept; evaluated without replay */
 } ad_ipopt;
 
 /* Wall time in seconds (C11's timespec_get), for eval_seconds. */
@@ -75,6 +106,23 @@ static inline ad_real ad__ipopt_lagrangian(const ad_real *x, size_t n, void *ctx
     return ad_add(l, ad_dot(b->m, b->yr, b->lambda));
 }
 
+/* The Lagrangian with its weights as inputs, for replay: w holds x (n),
+ * sigma and lambda (m); ctx is the ad_ipopt.  The same operations as
+ * ad__ipopt_lagrangian's, sigma and lambda active. */
+static inline ad_real ad__ipopt_lagrangian_w(const ad_real *w, size_t nw, void *ctx)
+{
+    ad_ipopt *b = (ad_ipopt *)ctx;
+    size_t n = b->n;
+    (void)nw;
+    ad_real l = ad_mul_rr(w[n], b->f(w, n, b->ctx));
+    if (!b->m)
+        return l;
+    for (size_t j = 0; j < b->m; j++)
+        b->yr[j] = ad_const(NAN);
+    b->g(w, n, b->yr, b->m, b->ctx);
+    return ad_add_rr(l, ad_dot_r(b->m, b->yr, w + n + 1));
+}
+
 /* The first failure is kept; Ipopt is told with false. */
 static inline int ad__ipopt_fail(ad_ipopt *b, ad_status s)
 {
@@ -90,11 +138,16 @@ static inline Bool ad__ipopt_f(Index n, Number *x, Bool new_x, Number *obj, User
     if (b->status != AD_OK)
         return 0;
     double t0 = ad__ipopt_now();
-    for (Index i = 0; i < n; i++)
-        b->xr[i] = ad_const(x[i]);
-    *obj = ad_value(b->f(b->xr, (size_t)n, b->ctx));
+    ad_status s = AD_OK;
+    if (b->replay) {
+        s = ad_program_evaluate(&b->fprog, b->f, b->ctx, (size_t)n, x, obj, NULL);
+    } else {
+        for (Index i = 0; i < n; i++)
+            b->xr[i] = ad_const(x[i]);
+        *obj = ad_value(b->f(b->xr, (size_t)n, b->ctx));
+    }
     b->eval_seconds += ad__ipopt_now() - t0;
-    return 1;
+    return s == AD_OK || ad__ipopt_fail(b, s);
 }
 
 static inline Bool ad__ipopt_grad_f(Index n, Number *x, Bool new_x, Number *grad,
@@ -106,9 +159,33 @@ static inline Bool ad__ipopt_grad_f(Index n, Number *x, Bool new_x, Number *grad
     if (b->status != AD_OK)
         return 0;
     double t0 = ad__ipopt_now();
-    ad_status s = ad_gradient(b->f, b->ctx, (size_t)n, x, &fx, grad);
+    ad_status s = b->replay
+                      ? ad_program_evaluate(&b->fprog, b->f, b->ctx, (size_t)n, x, &fx, grad)
+                      : ad_gradient(b->f, b->ctx, (size_t)n, x, &fx, grad);
     b->eval_seconds += ad__ipopt_now() - t0;
     return s == AD_OK || ad__ipopt_fail(b, s);
+}
+
+/* With replay, g's values at x (J NULL) or its values and sparse Jacobian
+ * from its program: recorded at x first if there is none, and again at x
+ * when a guard fails there.  AD_ENOTSUP (unkept bit 1 set) when g cannot
+ * be kept. */
+static inline ad_status ad__ipopt_g_program(ad_ipopt *b, const double *x, double *y, ad_csr *J)
+{
+    for (int again = 0;; again = 1) {
+        ad_status s = AD_OK;
+        if (!b->gprog)
+            s = ad_program_record_function(b->g, b->ctx, b->n, b->m, x, &b->gprog);
+        if (s == AD_OK)
+            s = J ? ad_program_sparse_jacobian(b->gprog, x, y, J)
+                  : ad_program_value(b->gprog, x, y);
+        if (s == AD_ENOTSUP && !b->gprog)
+            b->unkept |= 1;
+        if (s != AD_EBRANCH || again)
+            return s;
+        ad_program_free(b->gprog);  /* a guard flipped: g takes another branch here */
+        b->gprog = NULL;
+    }
 }
 
 static inline Bool ad__ipopt_g(Index n, Number *x, Bool new_x, Index m, Number *gx,
@@ -119,6 +196,13 @@ static inline Bool ad__ipopt_g(Index n, Number *x, Bool new_x, Index m, Number *
     if (b->status != AD_OK)
         return 0;
     double t0 = ad__ipopt_now();
+    if (b->replay && !(b->unkept & 1)) {
+        ad_status s = ad__ipopt_g_program(b, x, gx, NULL);
+        if (s != AD_ENOTSUP || !(b->unkept & 1)) {
+            b->eval_seconds += ad__ipopt_now() - t0;
+            return s == AD_OK || ad__ipopt_fail(b, s);
+        }
+    }
     for (Index i = 0; i < n; i++)
         b->xr[i] = ad_const(x[i]);
     for (Index j = 0; j < m; j++)
@@ -162,7 +246,7 @@ static inline Bool ad__ipopt_jac_g(Index n, Number *x, Bool new_x, Index m, Inde
                                    Index *row, Index *col, Number *values, UserDataPtr data)
 {
     ad_ipopt *b = (ad_ipopt *)data;
-    ad_csr J;
+    ad_csr J = {0, 0, 0, NULL, NULL, NULL};
     (void)new_x, (void)nele;
     if (!values) {
         ad__ipopt_structure(&b->jac, row, col);
@@ -171,12 +255,50 @@ static inline Bool ad__ipopt_jac_g(Index n, Number *x, Bool new_x, Index m, Inde
     if (b->status != AD_OK)
         return 0;
     double t0 = ad__ipopt_now();
-    ad_status s = ad_sparse_jacobian(b->g, b->ctx, (size_t)n, x, (size_t)m, b->work, &J);
+    ad_status s = AD_ENOTSUP;
+    if (b->replay && !(b->unkept & 1))
+        s = ad__ipopt_g_program(b, x, b->work, &J);
+    if (s == AD_ENOTSUP && (!b->replay || (b->unkept & 1))) {
+        ad_csr_free(&J);
+        s = ad_sparse_jacobian(b->g, b->ctx, (size_t)n, x, (size_t)m, b->work, &J);
+    }
     if (s == AD_OK)
         s = ad__ipopt_scatter(&b->jac, &J, values);
     ad_csr_free(&J);
     b->eval_seconds += ad__ipopt_now() - t0;
     return s == AD_OK || ad__ipopt_fail(b, s);
+}
+
+/* With replay, the Hessian of the Lagrangian at x with Ipopt's weights
+ * into values (the structure fixed at x0), from the program of L over
+ * (x, sigma, lambda): recorded at the first call and again where a guard
+ * fails, its structure (lhess) taken then.  AD_ENOTSUP (unkept bit 2 set)
+ * when L cannot be kept; AD_ESTRUCTURE when its x block reaches an entry
+ * outside b->hess. */
+static inline ad_status ad__ipopt_h_program(ad_ipopt *b, const double *x, double sigma,
+                                            const double *lambda, Number *values)
+{
+    size_t n = b->n, m = b->m;
+    double fx;
+    memcpy(b->xw, x, n * sizeof *x);
+    b->xw[n] = sigma;
+    if (m)
+        memcpy(b->xw + n + 1, lambda, m * sizeof *lambda);
+    ad_status s = AD_EBRANCH;
+    if (b->lprog)
+        s = ad_program_sparse_hessian_values(b->lprog, b->xw, &fx, b->work, &b->lhess);
+    if (s == AD_EBRANCH) {  /* no program yet, or a guard flipped: record here */
+        ad_program_free(b->lprog);
+        b->lprog = NULL;
+        ad_csr_free(&b->lhess);
+        s = ad_program_record(ad__ipopt_lagrangian_w, b, n + 1 + m, b->xw, &b->lprog);
+        if (s == AD_ENOTSUP)
+            b->unkept |= 2;
+        if (s == AD_OK)
+            s = ad_program_sparse_hessian(b->lprog, b->xw, &fx, b->work, &b->lhess);
+    }
+    /* the x block: rows 0..n-1 of the lower triangle come first */
+    return s == AD_OK ? ad__ipopt_scatter(&b->hess, &b->lhess, values) : s;
 }
 
 static inline Bool ad__ipopt_h(Index n, Number *x, Bool new_x, Number obj_factor, Index m,
@@ -193,11 +315,16 @@ static inline Bool ad__ipopt_h(Index n, Number *x, Bool new_x, Number obj_factor
     if (b->status != AD_OK)
         return 0;
     double t0 = ad__ipopt_now();
-    b->sigma = obj_factor;
-    b->lambda = lambda;
-    ad_csr H = b->hess;  /* the structure fixed at x0, the values straight into Ipopt's */
-    H.val = values;
-    ad_status s = ad_sparse_hessian_values(ad__ipopt_lagrangian, b, (size_t)n, x, &fx, b->work, &H);
+    ad_status s = AD_ENOTSUP;
+    if (b->replay && !(b->unkept & 2))
+        s = ad__ipopt_h_program(b, x, obj_factor, lambda, values);
+    if (s == AD_ENOTSUP && (!b->replay || (b->unkept & 2))) {
+        b->sigma = obj_factor;
+        b->lambda = lambda;
+        ad_csr H = b->hess;  /* the structure fixed at x0, the values straight into Ipopt's */
+        H.val = values;
+        s = ad_sparse_hessian_values(ad__ipopt_lagrangian, b, (size_t)n, x, &fx, b->work, &H);
+    }
     b->eval_seconds += ad__ipopt_now() - t0;
     return s == AD_OK || ad__ipopt_fail(b, s);
 }
@@ -215,12 +342,24 @@ static inline Bool ad__ipopt_iteration(Index alg_mod, Index iter, Number obj, Nu
     return b->status == AD_OK;
 }
 
+/* The replay's programs and the Lagrangian's structure, freed. */
+static inline void ad__ipopt_drop_programs(ad_ipopt *b)
+{
+    ad_program_free(b->fprog);
+    ad_program_free(b->gprog);
+    ad_program_free(b->lprog);
+    b->fprog = b->gprog = b->lprog = NULL;
+    ad_csr_free(&b->lhess);
+    b->unkept = 0;
+}
+
 static inline void ad_ipopt_free(ad_ipopt *b)
 {
     if (b->problem)
         FreeIpoptProblem(b->problem);
     ad_csr_free(&b->jac);
     ad_csr_free(&b->hess);
+    ad__ipopt_drop_programs(b);
     free(b->xr);
     free(b->work);
     memset(b, 0, sizeof *b);
@@ -249,13 +388,14 @@ static inline ad_status ad_ipopt_init(ad_ipopt *b, ad_objective f, ad_function g
         goto fail;
     s = AD_ENOMEM;
     b->xr = (ad_real *)malloc((n + m + 1) * sizeof *b->xr);
-    b->work = (double *)malloc((n + m + 1) * sizeof *b->work);
+    b->work = (double *)malloc(2 * (n + m + 1) * sizeof *b->work);
     double *ones = (double *)malloc((m + 1) * sizeof *ones);
     if (!b->xr || !b->work || !ones) {
         free(ones);
         goto fail;
     }
     b->yr = b->xr + n;
+    b->xw = b->work + n + m + 1;
     for (size_t j = 0; j < m; j++)
         ones[j] = 1.0;
     b->lambda = ones;
@@ -294,6 +434,7 @@ static inline ad_status ad_ipopt_solve(ad_ipopt *b, double *x, double *obj, doub
     b->status = AD_OK;
     b->eval_seconds = 0.0;
     b->iterations = 0;
+    ad__ipopt_drop_programs(b);  /* this solve records its own, at its first point */
     enum ApplicationReturnStatus r =
         IpoptSolve(b->problem, x, gx, obj, mult_g, mult_x_l, mult_x_u, b);
     if (app)

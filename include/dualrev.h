@@ -366,7 +366,7 @@ AD_API ad_status ad_checkpointed_loop(ad_step_fn step, void *ctx, size_t steps, 
  *
  * A program keeps the operations f made at one point, with their arguments
  * and constants, and computes values and derivatives at other points from
- * them alone: f is never called again and ctx never read.  Every operation
+ * them alone: f is never called again and its ctx never read.  Every operation
  * of the replay is the one f made, on the new values, so a replay at x
  * gives the numbers ad_gradient (ad_hvp, ...) of f gives at x, bit for bit,
  * as long as f would make the same operations there.  Branches f takes on
@@ -378,11 +378,14 @@ AD_API ad_status ad_checkpointed_loop(ad_step_fn step, void *ctx, size_t steps, 
  * any number of threads may replay one at once. */
 typedef struct ad_program ad_program;
 
-/* Records f at x as a program; *P is NULL on error.  AD_ENOTSUP if f uses
- * what a program cannot keep: a block record (ad_external, a recorded
- * matrix, ad_checkpointed_loop, a nested derivative), or a value that
- * changed without an operation (arithmetic on ad_value() put back into an
- * ad_real by hand).  Otherwise ad_gradient's errors. */
+/* Records f at x as a program; *P is NULL on error.  External functions
+ * (ad_external) and checkpointed loops are kept as calls: a replay calls
+ * them again, so their rules (steps) run again with the ctx they were
+ * given, which must stay valid while P is replayed.  AD_ENOTSUP if f uses
+ * what a program cannot keep: a recorded matrix, a nested derivative
+ * (ad_gradient_r, ad_jvp_r) of active values, or a value that changed
+ * without an operation (arithmetic on ad_value() put back into an ad_real
+ * by hand).  Otherwise ad_gradient's errors. */
 AD_API ad_status ad_program_record(ad_objective f, void *ctx, size_t n, const double *x,
                                    ad_program **P);
 /* The same for a function of m outputs. */

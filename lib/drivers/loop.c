@@ -14,6 +14,7 @@
 
 #include "block.h"
 #include "check.h"
+#include "listing.h"
 #include "recording.h"
 #include "revolve.h"
 #include "second.h"
@@ -678,6 +679,9 @@ ad_status ad_checkpointed_loop(ad_step_fn step, void *ctx, size_t steps, size_t 
         ids[i] = v.id;
     }
     st->snapshot_bytes += S * width * sizeof(double);
+    int listing = ad_listing_of(t) != NULL;
+    if (listing)
+        ad_listing_expect(t, 0, ad_const(0.0), ad_const(0.0));
     ad_status s = forward(t, lp);
     if (s != AD_OK)
         return fail(s, n, stateN);
@@ -687,6 +691,13 @@ ad_status ad_checkpointed_loop(ad_step_fn step, void *ctx, size_t steps, size_t 
     lp = (loop *)ad_block_at(t, at);
     if (!ad_check_block(t, loop_kind.name, nx, lp_x(lp), n, lp_y(lp), first))
         return fail(AD_ENONFINITE, n, stateN);
+    if (listing) {
+        ad_call call = {.step = step, .ctx = ctx, .steps = steps, .snapshots = snapshots,
+                        .n = n, .np = np, .m = n};
+        ad_listing_call(t, &call, state0, params, first, lp_y(lp));
+        if (t->status != AD_OK)
+            return fail(t->status, n, stateN);
+    }
     for (size_t j = 0; j < n; j++)
         stateN[j] = ad__made(lp_y(lp)[j], first + (uint32_t)j);
     return AD_OK;

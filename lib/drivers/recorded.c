@@ -20,6 +20,8 @@ struct ad_program {
     uint32_t *eids;    /* the n-ary operations' and selections' operands */
     size_t neids;
     ad_elem *out;      /* the outputs */
+    ad_call *calls;    /* external functions' and checkpointed loops' calls */
+    size_t ncalls, widest_call;
     size_t widest, guards;
     int unkept;        /* ad_program_evaluate's mark: f cannot be kept */
 };
@@ -46,6 +48,7 @@ void ad_program_free(ad_program *P)
     ad_free(P->consts);
     ad_free(P->eids);
     ad_free(P->out);
+    ad_free(P->calls);
     ad_free(P);
 }
 
@@ -79,6 +82,12 @@ static ad_status keep(const ad_tape *t, const ad_listing *L, size_t n, size_t m,
     P->ins = copy(L->ins, L->nins, sizeof *L->ins, &ok);
     P->consts = copy(L->consts, L->nconsts, sizeof *L->consts, &ok);
     P->eids = copy(L->eids, L->neids, sizeof *L->eids, &ok);
+    P->calls = copy(L->calls, L->ncalls, sizeof *L->calls, &ok);
+    P->ncalls = L->ncalls;
+    for (size_t i = 0; i < L->ncalls; i++) {
+        size_t w = L->calls[i].n + L->calls[i].np + L->calls[i].m;
+        P->widest_call = w > P->widest_call ? w : P->widest_call;
+    }
     P->out = m && ok && m <= SIZE_MAX / sizeof *P->out ? ad_alloc(m * sizeof *P->out) : NULL;
     if (!ok || (m && !P->out)) {
         ad_program_free(P);
@@ -139,8 +148,9 @@ ad_status ad_program_stats_get(const ad_program *P, ad_program_stats *out)
         .operations = P->nins,
         .guards = P->guards,
         .bytes = sizeof *P + P->nins * sizeof *P->ins + P->nconsts * sizeof *P->consts +
-                 P->neids * sizeof *P->eids + P->m * sizeof *P->out,
-        .replay_bytes = ((size_t)P->top + 1 + 2 * P->widest) * sizeof(ad_real),
+                 P->neids * sizeof *P->eids + P->m * sizeof *P->out +
+                 P->ncalls * sizeof *P->calls,
+        .replay_bytes = ((size_t)P->top + 1 + 2 * P->widest + P->widest_call) * sizeof(ad_real),
     };
     return AD_OK;
 }
@@ -151,8 +161,10 @@ typedef struct run {
     const ad_program *P;
     ad_real *val;     /* val[id]: the value the operation kept as id made, replayed */
     ad_real *xs, *ys; /* an n-ary operation's elements */
+    ad_real *cs;      /* a call's inputs and outputs */
     int recorded;     /* run inside the driver's recording, which a guard fails */
     int owned;        /* val is the replay's own, not the thread's spare */
+    ad_status call_status; /* a call made again failed with it */
     ad_status status;
 } run;
 
@@ -253,8 +265,26 @@ static ad_real nary_again(const run *r, const ad_ins *in)
     }
 }
 
+/* An external function or a checkpointed loop, called again: its rule
+ * (or step) runs on the new values, with the ctx it was given. */
+static ad_status call_again(const run *r, const ad_ins *in)
+{
+    const ad_program *P = r->P;
+    const ad_call *c = &P->calls[in->a];
+    size_t nx = c->n + c->np;
+    const uint32_t *e = P->eids + in->k;
+    gather(r->cs, r->val, e, nx, P->consts + in->b);
+    ad_real *y = r->cs + nx;
+    ad_status s = c->step ? ad_checkpointed_loop(c->step, c->ctx, c->steps, c->snapshots, c->n,
+                                                 r->cs, c->np, r->cs + c->n, y)
+                          : ad_external(&c->rule, c->ctx, c->n, r->cs, c->m, y);
+    for (size_t j = 0; j < c->m; j++)
+        r->val[e[nx + j]] = y[j];
+    return s;
+}
+
 /* One kept operation, made again; 0 if it is a guard that fails here. */
-static inline __attribute__((always_inline)) int again(run *r, const ad_ins *in)
+AD_INLINE int again(run *r, const ad_ins *in)
 {
     const ad_program *P = r->P;
     ad_real *val = r->val;
@@ -266,6 +296,10 @@ static inline __attribute__((always_inline)) int again(run *r, const ad_ins *in)
         return 1;
     case AD__OP_SELECT:
         val[in->id] = select_again(r, in);
+        return 1;
+    case AD_LIST_CALL:
+        if ((r->call_status = call_again(r, in)) != AD_OK)
+            return 0;
         return 1;
     case AD_LIST_GUARD:
         a = operand(val, in->a, &c);
@@ -301,9 +335,9 @@ static void run_function(const ad_real *x, size_t n, ad_real *y, size_t m, void 
     const ad_ins *in = P->ins, *end = in + P->nins;
     for (; in < end; in++)
         if (!again(r, in)) {
-            r->status = AD_EBRANCH;
+            r->status = r->call_status != AD_OK ? r->call_status : AD_EBRANCH;
             if (r->recorded)
-                ad_fail_recording(AD_EBRANCH);
+                ad_fail_recording(r->status);
             ad_fill_nan_reals(y, m);
             return;
         }
@@ -335,7 +369,7 @@ static void spare_free(void)
 /* A replay's arrays, or AD_ENOMEM. */
 static ad_status run_begin(run *r, const ad_program *P, size_t extra)
 {
-    size_t count = (size_t)P->top + 1 + 2 * P->widest + extra;
+    size_t count = (size_t)P->top + 1 + 2 * P->widest + P->widest_call + extra;
     *r = (run){.P = P, .recorded = 1, .status = AD_OK};
     if (count > SIZE_MAX / sizeof(ad_real))
         return AD_ENOMEM;
@@ -350,6 +384,7 @@ static ad_status run_begin(run *r, const ad_program *P, size_t extra)
     }
     r->xs = r->val + P->top + 1;
     r->ys = r->xs + P->widest;
+    r->cs = r->ys + P->widest;
     return AD_OK;
 }
 
@@ -375,7 +410,7 @@ ad_status ad_program_value(ad_program *P, const double *x, double *fx)
         ad_fill_nan(fx, P->m);
         return AD_ENOMEM;
     }
-    ad_real *xs = r.ys + P->widest, *ys = xs + P->n;
+    ad_real *xs = r.cs + P->widest_call, *ys = xs + P->n;
     for (size_t i = 0; i < P->n; i++)
         xs[i] = ad_const(x[i]);
     r.recorded = 0;

@@ -16,13 +16,14 @@ static void listing_free(void *state)
     ad_free(L->ins);
     ad_free(L->consts);
     ad_free(L->eids);
+    ad_free(L->calls);
 }
 
 static size_t listing_bytes(const void *state)
 {
     const ad_listing *L = state;
     return L->ins_cap * sizeof *L->ins + L->consts_cap * sizeof *L->consts +
-           L->eids_cap * sizeof *L->eids;
+           L->eids_cap * sizeof *L->eids + L->calls_cap * sizeof *L->calls;
 }
 
 static const ad_tenant listing_tenant = {sizeof(ad_listing), listing_free, listing_bytes, NULL};
@@ -31,7 +32,7 @@ ad_listing *ad_listing_reset(ad_tape *t)
 {
     ad_listing *L = ad_tape_state(t, &listing_tenant);
     if (L) {
-        L->nins = L->nconsts = L->neids = L->widest = L->guards = 0;
+        L->nins = L->nconsts = L->neids = L->ncalls = L->widest = L->guards = 0;
         L->expect = 0;
     }
     return L;
@@ -175,8 +176,8 @@ static uint32_t take(ad_tape *t, int i, uint32_t a, double wa, uint32_t b, doubl
     int ok;
     if (!L)
         ok = fail(t, AD_ENOMEM);
-    else if (op == AD__OP_NARY)
-        ok = L->expect || fail(t, AD_ENOTSUP);  /* kept by ad_listing_nary, after */
+    else if (op == AD__OP_NARY || op == AD__OP_BLOCK || op == AD__OP_OUT)
+        ok = L->expect || fail(t, AD_ENOTSUP);  /* kept by ad_listing_nary or _call, after */
     else if (op == AD__OP_SELECT)
         ok = L->expect ? keep_selection(t, L, id, a, x, b, y) : fail(t, AD_ENOTSUP);
     else
@@ -235,6 +236,44 @@ void ad_listing_guard(ad_tape *t, int cmp, ad_real a, ad_real b, int outcome)
         return;
     if (put_ins(t, L, AD_LIST_GUARD, cmp | (outcome ? AD_LIST_TRUE : 0), a.id, b.id, 0, k))
         L->guards++;
+}
+
+void ad_listing_call(ad_tape *t, const ad_call *call, const ad_real *x, const ad_real *p,
+                     uint32_t first, const double *y)
+{
+    ad_listing *L = ad_listing_of(t);
+    if (!L)
+        return;
+    L->expect = 0;
+    if (t->status != AD_OK)
+        return;
+    if (call->n + call->np > UINT32_MAX || L->ncalls >= UINT32_MAX) {
+        fail(t, AD_ERANGE);
+        return;
+    }
+    size_t k = L->neids, kc = L->nconsts;
+    for (size_t i = 0; i < call->n; i++)
+        if (!put_elem(t, L, x[i]))
+            return;
+    for (size_t i = 0; i < call->np; i++)
+        if (!put_elem(t, L, p[i]))
+            return;
+    const ad_side *sd = ad_tape_side(t, &ad_listing_mode);
+    for (size_t j = 0; j < call->m; j++) {
+        /* the outputs' values, for the operations that take them */
+        *(double *)ad_side_entry(t, sd, first + (uint32_t)j) = y[j];
+        if (ad_grow((void **)&L->eids, &L->eids_cap, L->neids + 1, sizeof *L->eids, L->neids)) {
+            fail(t, AD_ENOMEM);
+            return;
+        }
+        L->eids[L->neids++] = first + (uint32_t)j;
+    }
+    if (ad_grow((void **)&L->calls, &L->calls_cap, L->ncalls + 1, sizeof *L->calls, L->ncalls)) {
+        fail(t, AD_ENOMEM);
+        return;
+    }
+    L->calls[L->ncalls] = *call;
+    put_ins(t, L, AD_LIST_CALL, 0, (uint32_t)L->ncalls++, (uint32_t)kc, 0, k);
 }
 
 _Static_assert(sizeof(double) <= sizeof(ad__record), "a side entry holds a value");

@@ -27,7 +27,19 @@ typedef struct ad_elem {
     double v;
 } ad_elem;
 
-enum { AD_LIST_GUARD = AD__OP_COUNT };
+/* A call of an external function or a checkpointed loop, kept to be made
+ * again: its rule (or step), ctx and sizes.  Its operation (AD_LIST_CALL,
+ * a = the call's index) has the n + np inputs' elements at eids[k...],
+ * constants from consts[b...], then the m outputs' IDs. */
+typedef struct ad_call {
+    ad_rule rule;
+    ad_step_fn step;
+    void *ctx;
+    size_t steps, snapshots;
+    size_t n, np, m;
+} ad_call;
+
+enum { AD_LIST_GUARD = AD__OP_COUNT, AD_LIST_CALL };
 enum { AD_LIST_PROD = 8, AD_LIST_LSE };  /* after nary.h's AD__LIST_* */
 enum { AD_LIST_TRUE = 8 };
 
@@ -39,6 +51,8 @@ typedef struct ad_listing {
     size_t nconsts, consts_cap;
     uint32_t *eids;
     size_t neids, eids_cap;
+    ad_call *calls;
+    size_t ncalls, calls_cap;
     size_t widest;   /* the most elements of one n-ary operation */
     size_t guards;
     int expect;      /* the next n-ary or selection record is announced */
@@ -74,5 +88,10 @@ AD_HIDDEN void ad_listing_expect(ad_tape *t, int cmp, ad_real l, ad_real r);
 AD_HIDDEN void ad_listing_nary(ad_tape *t, uint32_t id, int which, size_t n, const ad_real *x,
                                const ad_real *y, const double *c);
 AD_HIDDEN void ad_listing_guard(ad_tape *t, int cmp, ad_real a, ad_real b, int outcome);
+/* A block's call, announced (ad_listing_expect) before its records; then
+ * its inputs x (n) and p (np), and its m outputs' values y, IDs from
+ * `first` on, as the call made them. */
+AD_HIDDEN void ad_listing_call(ad_tape *t, const ad_call *call, const ad_real *x,
+                               const ad_real *p, uint32_t first, const double *y);
 
 #endif

@@ -7,6 +7,7 @@
 
 #include "block.h"
 #include "check.h"
+#include "listing.h"
 #include "status.h"
 
 typedef struct external {
@@ -196,6 +197,9 @@ ad_status ad_external(const ad_rule *rule, void *ctx, size_t n, const ad_real *x
     size_t at = ad_block_new(t, size, (uint32_t)m, (uint32_t)n, 0);
     if (at == SIZE_MAX || (rule->hvp && !ad_block_reserve(t, 2 * m + 3 * n)))
         return fail(AD_ENOMEM, m, y);  /* ext_second's work */
+    int listing = ad_listing_of(t) != NULL;
+    if (listing)
+        ad_listing_expect(t, 0, ad_const(0.0), ad_const(0.0));
     external *e = (external *)ad_block_at(t, at);
     e->base.kind = kind_of(rule);
     e->base.ids = sizeof(external) + (n + m) * sizeof(double);
@@ -216,6 +220,12 @@ ad_status ad_external(const ad_rule *rule, void *ctx, size_t n, const ad_real *x
     e = (external *)ad_block_at(t, at);
     if (!ad_check_block(t, e->base.kind->name, n, ext_x(e), m, ext_y(e), first))
         return fail(AD_ENONFINITE, m, y);
+    if (listing) {
+        ad_listing_call(t, &(ad_call){.rule = *rule, .ctx = ctx, .n = n, .m = m}, x, NULL, first,
+                        ext_y(e));
+        if (t->status != AD_OK)
+            return fail(t->status, m, y);
+    }
     for (size_t j = 0; j < m; j++)
         y[j] = ad__made(ext_y(e)[j], first + (uint32_t)j);
     return AD_OK;

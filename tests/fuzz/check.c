@@ -1163,6 +1163,8 @@ void check_program(const prog *run, report *r)
     if (has_loop)
         unroll_values(&c);
     if (has_nest && nest_first(&c)) {  /* a nested call failed: every driver with it */
+        if (program_this)
+            program_checks(&c);
         free(val);
         prog_free(&unrolled);
         nest_info_free(&ni);
@@ -1205,6 +1207,8 @@ void check_program(const prog *run, report *r)
     drv_hessian(&c, rows[3]);
     drv_sparse_hessian(&c);
     cross_hessians(&c);
+    if (program_this)
+        program_checks(&c);
     zero_signs(&c, rows, c.ext_nojvp ? 2 : 4, s0_has, s0);
     if (has_loop)
         loop_cross_check(&c);

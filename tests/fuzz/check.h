@@ -16,6 +16,7 @@ typedef struct failure {
 
 #define FUZZ_KEEP 16
 #define CROSS_COUNTS 10
+#define PROG_COUNTS 12
 
 typedef struct report {
     int nfail, nunknown;            /* failures, and those of no known class */
@@ -33,6 +34,7 @@ typedef struct report {
     long nest_unsure;               /* nested calls' outputs that differ from ad_gradient's
                                        where the oracle bounds no difference (out of an
                                        unscaled sweep's range, a class it does not predict) */
+    long prog[PROG_COUNTS];         /* programs.c's counts (programs_summary) */
 } report;
 
 void check_program(const prog *p, report *r);
@@ -50,6 +52,13 @@ const char *known_why(int k);
 /* cross.c: ad_hessian against ad_sparse_hessian, and ad_sparse_hessian_values */
 void cross_hessians(check_ctx *c);
 void cross_summary(const long *counts);
+
+/* programs.c: recorded programs (ad_program_record), replayed at x and near it */
+void program_checks(check_ctx *c);
+void programs_summary(const long *counts);
+extern int program_every;  /* --programs N: the seeds divisible by N (0: none; default 1) */
+extern int program_this;   /* this program's seed is one of them (main.c sets it) */
+extern const double *program_point_values;  /* known.c: f's values where a replay is compared */
 
 /* alloc.c: allocation failure at every count (--alloc) */
 int alloc_campaign(const prog *p, uint64_t seed, uint64_t turn, int verbose);

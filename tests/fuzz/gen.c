@@ -7,7 +7,10 @@
  * from the edges: +-0, subnormals, 1e-300, 1e300, values whose products
  * pass 2^511 and 2^-1022, poles, Inf and NaN.  One program in LOOP_SHARE
  * also holds checkpointed loops, whose steps are programs of their own
- * (gen_loop, gen_step; README.md, "Checkpointed loops"). */
+ * (gen_loop, gen_step; README.md, "Checkpointed loops").  Branches compare
+ * through the guards (ad_lt, ...), which a recorded program keeps; one
+ * program in GUARD_SHARE of the others also holds branches placed to flip
+ * near its point (gen_guard; README.md, "Recorded programs"). */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -19,6 +22,9 @@
  * in NEST_SHARE holds nested derivatives (ad_gradient_r, ad_jvp_r). */
 #define LOOP_SHARE 6
 #define NEST_SHARE 6
+/* Of the programs with neither, one in GUARD_SHARE holds branches placed
+ * to flip near its point (gen_guard; README.md, "Recorded programs"). */
+#define GUARD_SHARE 5
 
 uint64_t rng_next(rng *r)
 {
@@ -62,7 +68,11 @@ typedef struct gen {
     int maxlen;    /* arrays no longer than this (a step program's), 0: any */
     int loop_depth;  /* 0: the program; 1: a loop's step; 2: a loop's inside a step */
     int nest_level;  /* 0: the program; 1: a nested program (NESTR); 2: one inside that */
+    rng br;        /* the branches' comparisons (gen_branch) */
 } gen;
+
+/* The seed of a program's branch stream from its main stream's. */
+#define BRANCH_STREAM 0xbb67ae8584caa73bU
 
 static double num(gen *g) { return g->tame ? ordinary(&g->r) : gen_input(&g->r); }
 
@@ -203,6 +213,49 @@ static void fill_matrix(gen *g, insn *in)
     free(ids);
 }
 
+/* A branch: s_a cmp s_b ? s_c : s_d, the comparison a guard (ad_lt,
+ * ad_gt, ad_le, ad_ge: prog.h).  The comparison comes from a stream of its
+ * own (g->br), so that the programs are the fuzzer's before guards, seed
+ * for seed; and <= (modes 2, 3) only where the operands differ where the
+ * program is generated, so that the values there are the same too. */
+static void gen_branch(gen *g)
+{
+    insn in = blank(OP_BRANCH);
+    in.a = pick(g), in.b = pick(g), in.c = pick(g), in.d = pick(g);
+    in.mode = rng_int(&g->br, 4);
+    if (g->val[in.a] == g->val[in.b])
+        in.mode &= 1;
+    append(g, in);
+}
+
+/* A branch placed to flip (README.md, "Recorded programs"): a value a
+ * of the program (an input, or one of the newest slots) against a
+ * constant equal to it at the program's point, either way round, under
+ * any of the four guards; it takes a itself or another slot.  At the
+ * point a tie, which < and <= (> and >=) decide apart; wherever a moves,
+ * two of the four guards flip.  Every choice comes from gr, the guards'
+ * own stream. */
+static void gen_guard(gen *g, rng *gr)
+{
+    prog *p = g->p;
+    int ns = p->nslots;
+    int a = p->n && rng_int(gr, 2) ? rng_int(gr, p->n) : ns - 1 - rng_int(gr, ns < 3 ? ns : 3);
+    insn k = blank(OP_CONST);
+    k.k = g->val[a];
+    int ks = append(g, k), swap = rng_int(gr, 2), other = rng_int(gr, ns);
+    insn in = blank(OP_BRANCH);
+    in.a = swap ? ks : a;
+    in.b = swap ? a : ks;
+    in.mode = rng_int(gr, 4);
+    in.c = a;
+    in.d = other != a ? other : ks;
+    if (rng_int(gr, 2)) {
+        in.c = in.d;
+        in.d = a;
+    }
+    append(g, in);
+}
+
 static void gen_array(gen *g, int op)
 {
     insn in = blank(op);
@@ -310,9 +363,7 @@ static void gen_insn(gen *g, int depth)
         in.k = num(g);
         append(g, in);
     } else if (u < 98 || depth > 0) {
-        insn in = blank(OP_BRANCH);
-        in.a = pick(g), in.b = pick(g), in.c = pick(g), in.d = pick(g);
-        append(g, in);
+        gen_branch(g);
     } else {
         gen_nest(g, depth);
     }
@@ -344,9 +395,7 @@ static void gen_inner_insn(gen *g)
         in.k = num(g);
         append(g, in);
     } else if (u < 94 || g->nest_level > 1) {
-        insn in = blank(OP_BRANCH);
-        in.a = pick(g), in.b = pick(g), in.c = pick(g), in.d = pick(g);
-        append(g, in);
+        gen_branch(g);
     } else {
         gen_nestr(g);
     }
@@ -362,6 +411,7 @@ static void gen_inner(gen *parent, prog *sub, int k, const double *x0)
     memset(&g, 0, sizeof g);
     memset(sub, 0, sizeof *sub);
     g.r.s = rng_next(&parent->r);
+    g.br.s = g.r.s ^ BRANCH_STREAM;
     g.p = sub;
     g.tame = parent->tame;
     g.hub = -1;
@@ -475,9 +525,7 @@ static void gen_step_insn(gen *g, int outer_steps)
         in.k = num(g);
         append(g, in);
     } else {
-        insn in = blank(OP_BRANCH);
-        in.a = pick(g), in.b = pick(g), in.c = pick(g), in.d = pick(g);
-        append(g, in);
+        gen_branch(g);
     }
 }
 
@@ -492,6 +540,7 @@ static void gen_step(gen *parent, prog *sub, int ns, int np, const double *x0, i
     memset(&g, 0, sizeof g);
     memset(sub, 0, sizeof *sub);
     g.r.s = rng_next(&parent->r);
+    g.br.s = g.r.s ^ BRANCH_STREAM;
     g.p = sub;
     g.tame = parent->tame;
     g.hub = -1;
@@ -578,6 +627,7 @@ void gen_program(prog *p, uint64_t seed, int size_hint)
     memset(&g, 0, sizeof g);
     memset(p, 0, sizeof *p);
     g.r.s = seed;
+    g.br.s = seed ^ BRANCH_STREAM;
     g.p = p;
     int depth = size_hint < 0;
     g.tame = rng_int(&g.r, 2);
@@ -587,8 +637,13 @@ void gen_program(prog *p, uint64_t seed, int size_hint)
      * program of NEST_SHARE of the others (README.md, "Nested
      * derivatives"); three in four of those are tame. */
     rng lr = {seed ^ 0x2545f4914f6cdd1dU}, nr = {seed ^ 0x6a09e667f3bcc909U};
+    rng gr = {seed ^ 0x510e527fade682d1U};
     int loops = !depth && rng_int(&lr, LOOP_SHARE) == 0;
     int nests = !depth && !loops && rng_int(&nr, NEST_SHARE) == 0;
+    /* Branches placed to flip, likewise (gen_guard), in one program of
+     * GUARD_SHARE of those with neither, beside the instructions the
+     * program has without them. */
+    int guards = !depth && !loops && !nests && rng_int(&gr, GUARD_SHARE) == 0;
     if (nests && rng_int(&nr, 4) != 0)
         g.tame = 1;
     int shape = rng_int(&g.r, 10);
@@ -613,7 +668,13 @@ void gen_program(prog *p, uint64_t seed, int size_hint)
               : size_hint > 0 ? 1 + rng_int(&g.r, size_hint) : 1 + rng_int(&g.r, 30);
     int first_loop = rng_int(&lr, count), nloops = 0;
     int first_nest = rng_int(&nr, count), nnests = 0;
+    int first_guard = rng_int(&gr, count), nguards = 0, guard_at = -1;
     for (int i = 0; i < count; i++) {
+        if (guards && nguards < 3 && (i == first_guard || rng_int(&gr, 8) == 0)) {
+            gen_guard(&g, &gr);
+            if (!nguards++)
+                guard_at = p->nslots - 1;
+        }
         if (loops && nloops < 3 && (i == first_loop || rng_int(&lr, 15) == 0)) {
             gen_loop(&g, 13);
             nloops++;
@@ -650,6 +711,10 @@ void gen_program(prog *p, uint64_t seed, int size_hint)
     for (int j = 0; nests && after < p->nslots && j < p->m; j++)
         if (rng_int(&nr, 2))
             p->outs[j] = after + rng_int(&nr, p->nslots - after);
+    /* A program with guards: half its outputs made at or after the first */
+    for (int j = 0; guard_at >= 0 && j < p->m; j++)
+        if (rng_int(&gr, 2))
+            p->outs[j] = guard_at + rng_int(&gr, p->nslots - guard_at);
     /* Directions and weights: nonzero, so that every input and output is
      * seeded; edge programs sometimes scale them far out. */
     for (int i = 0; i < p->n; i++)

@@ -185,6 +185,17 @@ static void nestr_r(const prog *p, const insn *in, ad_real *s)
     case OP_HYPOT: return ad_hypot(a, b); case OP_FMIN: return ad_fmin(a, b);      \
     case OP_FMAX: return ad_fmax(a, b);   default: abort();
 
+/* A branch's comparison (prog.h), written with the guards: on ad_real a
+ * recorded program keeps it (ad_program_record), and a replay where it
+ * comes out the other way fails with AD_EBRANCH.  On double the C
+ * comparison, as branch_holds. */
+#define GUARD_CASES(a, b)                                                            \
+    case 1: return ad_gt(b, a); case 2: return ad_le(a, b);                         \
+    case 3: return ad_ge(b, a); default: return ad_lt(a, b);
+
+static int branch_d(int mode, double a, double b) { switch (mode & 3) { GUARD_CASES(a, b) } }
+static int branch_r(int mode, ad_real a, ad_real b) { switch (mode & 3) { GUARD_CASES(a, b) } }
+
 static double unary_d(int op, double x) { switch (op) { UNARY_CASES(x) } }
 static ad_real unary_r(int op, ad_real x) { switch (op) { UNARY_CASES(x) } }
 static double binary_dd(int op, double a, double b) { switch (op) { BINARY_CASES(a, b) } }
@@ -287,7 +298,9 @@ static void external_r(const ad_rule *rule, int n, const ad_real *x, int m, ad_r
 #define LOOP loop_d
 #define NESTR nestr_d
 #define NESTOUT nestout_d
+#define BRANCH branch_d
 #include "interp_body.h"
+#undef BRANCH
 #undef NESTR
 #undef NESTOUT
 #undef LOOP
@@ -310,6 +323,7 @@ static void external_r(const ad_rule *rule, int n, const ad_real *x, int m, ad_r
 #define LOOP loop_r
 #define NESTR nestr_r
 #define NESTOUT nestout_r
+#define BRANCH branch_r
 #include "interp_body.h"
 
 void run_double(const prog *p, const double *x, double *slots)

@@ -1,7 +1,9 @@
 /* The interpreter, written once for T = double and T = ad_real with
  * dualrev's generic names (the library's "one source, two types"): the
  * bitwise comparison of values is then between the same source compiled
- * twice.  Included by interp.c with T, RUN, MATVEC_RR and EXTERNAL defined.
+ * twice.  Included by interp.c with T, RUN, MATVEC_RR, EXTERNAL and BRANCH
+ * defined (BRANCH: the comparison through a guard, ad_lt ..., which a
+ * recorded program keeps).
  * RUN evaluates instructions [j0, j1) over the slots s. */
 
 static void RUN(const prog *p, T *s, int j0, int j1)
@@ -14,7 +16,7 @@ static void RUN(const prog *p, T *s, int j0, int j1)
         int L = in->len, R = in->rows, na = 0;
         switch (in->op) {
         case OP_CONST: o[0] = AD_CONST(T, in->k); continue;
-        case OP_BRANCH: o[0] = ad_value(s[in->a]) < ad_value(s[in->b]) ? s[in->c] : s[in->d]; continue;
+        case OP_BRANCH: o[0] = BRANCH(in->mode, s[in->a], s[in->b]) ? s[in->c] : s[in->d]; continue;
         case OP_NEST: o[0] = AD_CONST(T, nest_value(p, in, s)); continue;
         case OP_STEPK: o[0] = AD_CONST(T, stepk_value(in->k, fuzz_step_k)); continue;
         case OP_LOOP: LOOP(p, in, s); continue;

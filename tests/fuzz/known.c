@@ -325,6 +325,33 @@ static int select_signed_zero(const check_ctx *c, const failure *f)
     return 0;
 }
 
+/* 2g'. The same in a recorded program (programs.c): a replay makes fmin
+ * and fmax in the library's compilation, f in its own, and a compiler may
+ * give fmax(+0, -0) either zero: fmax is commutative but for the sign of
+ * a zero, and gcc takes the operands either way round (libm returns the
+ * second).  docs/api.md: bitwise "as long as the library and f are
+ * compiled alike".  At the point of the failure (program_point_values:
+ * f's values there, on ad_real, set by programs.c) an fmin or fmax of the
+ * program the drivers run has zero operands of opposite signs. */
+const double *program_point_values;
+
+static int program_signed_zero(const check_ctx *c, const failure *f)
+{
+    const double *v = program_point_values;
+    if (!v || strncmp(f->driver, "ad_program", 10))
+        return 0;
+    for (int j = 0; j < c->run->ncode; j++) {
+        const insn *in = &c->run->code[j];
+        if (in->op != OP_FMIN && in->op != OP_FMAX)
+            continue;
+        double a = in->mode == 2 ? in->k : v[in->a];
+        double b = in->mode == 0 ? v[in->b] : in->mode == 1 ? in->k : v[in->a];
+        if (a == 0 && b == 0 && signbit(a) != signbit(b))
+            return 1;
+    }
+    return 0;
+}
+
 /* 2h. Documented limits (conventions.md, "Still outside"): pow's second
  * partial b (b - 1) a^(b - 2) where a^(b - 2) overflows though the product
  * does not; it then meets zero tangents (Inf x 0). */
@@ -849,6 +876,7 @@ static const known list[] = {
     {"matrix-shape-by-type", "documented (conventions.md, where the drivers still differ): ad_mat_make finds a triangle from values on double, from constness on ad_real", shape_by_type, 0, 0},
     {"subnormal-partial-flush", "documented (conventions.md, where the drivers still differ): atan2 partials that are subnormal come out 0 far out; atan and tanh fixed", subnormal_partial, 0, 0},
     {"fmin-fmax-signed-zero", "documented (conventions.md, where the drivers still differ): fmin/fmax(+0, -0) sign differs between the double and ad_real forms", select_signed_zero, 0, 0},
+    {"program-fmin-fmax-signed-zero", "documented caveat (api.md, recorded programs: bitwise as long as the library and f are compiled alike): fmin/fmax(+0, -0) of f's compilation and of the library's replay give different zeros", program_signed_zero, 0, 0},
     {"doc-limit-pow-second", "documented limit (conventions.md): pow's second partial where a^(b-2) overflows", doc_pow_second, 0, 0},
     {"hypot-second-subnormal", "documented (conventions.md, where the drivers still differ): hypot's second partials lose digits through a subnormal squared ratio", hypot_second_subnormal, 0, 0},
     {"second-order-underflow", "documented (conventions.md, where the drivers still differ): second-order tangents are unscaled; a term below 2^-1074 is lost (asymmetric Hessian)", second_underflow, 0, 0},

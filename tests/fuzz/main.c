@@ -1,7 +1,7 @@
 /* The differential fuzzer's command line.
  *
  *   fuzz [--count N] [--seed S] [--seconds T] [--strict] [--show SEED] [--quiet]
- *        [--list-known] [--alloc N] [--alloc-only N]
+ *        [--list-known] [--alloc N] [--alloc-only N] [--programs N]
  *
  * Runs programs with seeds S, S+1, ... (N of them, or for T seconds),
  * prints each failing seed with its failures and a shrunk program, counts
@@ -11,7 +11,8 @@
  * not); --list-known prints the seeds of programs whose failures are all
  * known, with the class of the first.  --alloc N also runs every N-th
  * seed's allocation-failure campaign (alloc.c); --alloc-only N runs only
- * that. */
+ * that.  --programs N records and replays the programs of the seeds
+ * divisible by N as ad_programs (programs.c; default 1: all, 0: none). */
 #define _POSIX_C_SOURCE 200809L  /* setenv */
 #include <inttypes.h>
 #include <math.h>
@@ -32,6 +33,7 @@ typedef struct totals {
     long loops, loop_compared, loop_excused;
     long cross[CROSS_COUNTS];
     long nest_programs, nest_nodes, nest_replayed, nest_failed, nest_unsure;
+    long prog[PROG_COUNTS];
 } totals;
 
 static double now(void)
@@ -93,6 +95,7 @@ static void one(uint64_t seed, totals *T, int verbose, int quiet)
     prog p;
     report r;
     gen_program(&p, seed, 0);
+    program_this = program_every > 0 && seed % (uint64_t)program_every == 0;
     if (alloc_only)
         memset(&r, 0, sizeof r);
     else
@@ -103,6 +106,8 @@ static void one(uint64_t seed, totals *T, int verbose, int quiet)
     T->loops += r.loops, T->loop_compared += r.loop_compared, T->loop_excused += r.loop_excused;
     for (int q = 0; q < CROSS_COUNTS; q++)
         T->cross[q] += r.cross[q];
+    for (int q = 0; q < PROG_COUNTS; q++)
+        T->prog[q] += r.prog[q];
     T->nest_programs += r.nest_programs, T->nest_nodes += r.nest_nodes;
     T->nest_replayed += r.nest_replayed, T->nest_failed += r.nest_failed, T->nest_unsure += r.nest_unsure;
     T->failing += r.nfail > 0;
@@ -148,8 +153,9 @@ int main(int argc, char **argv)
         else if (!strcmp(o, "--list-known")) list_known = 1;
         else if (!strcmp(o, "--alloc")) alloc_every = atol(v), a++;
         else if (!strcmp(o, "--alloc-only")) alloc_every = atol(v), alloc_only = 1, a++;
+        else if (!strcmp(o, "--programs")) program_every = atoi(v), a++;
         else {
-            fprintf(stderr, "usage: %s [--count N] [--seed S] [--seconds T] [--strict] [--show SEED] [--quiet] [--list-known] [--alloc N] [--alloc-only N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--count N] [--seed S] [--seconds T] [--strict] [--show SEED] [--quiet] [--list-known] [--alloc N] [--alloc-only N] [--programs N]\n", argv[0]);
             return 2;
         }
     }
@@ -179,6 +185,7 @@ int main(int argc, char **argv)
         if (T.known[c])
             printf("fuzz: known defect %s: %ld failures (%s)\n", known_name(c), T.known[c], known_why(c));
     cross_summary(T.cross);
+    programs_summary(T.prog);
     T.unknown += alloc_summary();  /* a leak found by the last check */
     printf("fuzz: %ld programs failed, %ld of them of no known class\n", T.failing, T.unknown);
     return T.unknown ? 1 : 0;

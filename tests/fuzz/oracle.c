@@ -643,7 +643,7 @@ static void scalar_edges(lin *L, const insn *in, int s)
 {
     const double *val = L->val;
     if (in->op == OP_BRANCH) {
-        edge_add(L, val[in->a] < val[in->b] ? in->c : in->d, 1, 0);
+        edge_add(L, branch_holds(in->mode, val[in->a], val[in->b]) ? in->c : in->d, 1, 0);
     } else if (in->op >= OP_FIRST_UNARY && in->op < OP_FIRST_BINARY) {
         part r = unary(in->op, val[in->a], val[s]);
         int k = edge_add(L, in->a, r.p, r.err);
@@ -729,7 +729,7 @@ static uint32_t args_smask(const lin *L, const insn *in, int o)
     if (in->op == OP_AXPY)
         return L->smask[g[in->len + o]] | L->smask[g[in->mode ? in->len + o : o]];
     if (in->op == OP_BRANCH)
-        return L->smask[L->val[in->a] < L->val[in->b] ? in->c : in->d];
+        return L->smask[branch_holds(in->mode, L->val[in->a], L->val[in->b]) ? in->c : in->d];
     if (in->op < OP_FIRST_ARRAY)
         return L->smask[in->a] | (in->op >= OP_FIRST_BINARY && in->mode == 0 ? L->smask[in->b] : 0);
     if (in->op == OP_MAT_VEC || in->op == OP_MAT_SQNORM)
@@ -763,7 +763,7 @@ static void mark_recorded(lin *L, const insn *in)
         return;
     }
     if (in->op == OP_BRANCH)
-        any = L->recd[L->val[in->a] < L->val[in->b] ? in->c : in->d];
+        any = L->recd[branch_holds(in->mode, L->val[in->a], L->val[in->b]) ? in->c : in->d];
     else if (in->op >= OP_FIRST_UNARY && in->op < OP_FIRST_ARRAY)
         any = L->recd[in->a] || (in->mode == 0 && in->op >= OP_FIRST_BINARY && L->recd[in->b]);
     else if (in->op >= OP_FIRST_ARRAY) {
@@ -877,7 +877,7 @@ static void approx_slot(lin *L, const insn *in, int s, ld *Ev)
         }
         bad |= !isfinite(a) || !isfinite(b);
     } else if (in->op == OP_BRANCH) {
-        E = Ev[val[in->a] < val[in->b] ? in->c : in->d];
+        E = Ev[branch_holds(in->mode, val[in->a], val[in->b]) ? in->c : in->d];
     } else if (in->op == OP_NESTIN) {
         E = Ev[in->a];
     } else if (in->op == OP_NESTOUT) {

@@ -144,7 +144,10 @@ static void print_insn(const prog *p, const insn *in, FILE *out, const char *ind
         return;
     }
     if (in->op == OP_BRANCH) {
-        fprintf(out, " s%d < s%d ? s%d : s%d\n", in->a, in->b, in->c, in->d);
+        static const char *const cmp[4] = {"<", ">", "<=", ">="};
+        int m = in->mode & 3, swap = m & 1;  /* ad_gt(b, a), ad_ge(b, a) */
+        fprintf(out, " s%d %s s%d ? s%d : s%d\n", swap ? in->b : in->a, cmp[m], swap ? in->a : in->b,
+                in->c, in->d);
         return;
     }
     if (in->op == OP_STEPK) {
@@ -457,12 +460,22 @@ void unroll_info_free(unroll_info *info)
     memset(info, 0, sizeof *info);
 }
 
+int branch_holds(int mode, double a, double b)
+{
+    switch (mode & 3) {
+    case 1: return b > a;
+    case 2: return a <= b;
+    case 3: return b >= a;
+    default: return a < b;
+    }
+}
+
 int insn_reads(const prog *p, const insn *in, const double *val, int *buf)
 {
     int n = 0;
     switch (in->op) {
     case OP_CONST: case OP_STEPK: case OP_NEST: return 0;  /* a nested gradient is a constant */
-    case OP_BRANCH: buf[0] = val[in->a] < val[in->b] ? in->c : in->d; return 1;
+    case OP_BRANCH: buf[0] = branch_holds(in->mode, val[in->a], val[in->b]) ? in->c : in->d; return 1;
     case OP_LOOPOUT: case OP_NESTIN: case OP_NESTOUT: buf[n++] = in->a; break;
     default:
         if (in->op >= OP_FIRST_UNARY && in->op < OP_FIRST_ARRAY) {
@@ -891,7 +904,7 @@ static int partials(writer *w, const insn *I, int s, const unsigned char *iact, 
     if (op == OP_CONST || op == OP_NEST)
         return 0;
     if (op == OP_BRANCH || op == OP_NESTIN || op == OP_NESTOUT) {
-        reads[0] = op == OP_BRANCH ? (w->val[I->a] < w->val[I->b] ? I->c : I->d) : I->a;
+        reads[0] = op == OP_BRANCH ? (branch_holds(I->mode, w->val[I->a], w->val[I->b]) ? I->c : I->d) : I->a;
         ps[0] = iact[reads[0]] ? P_ONE : P_SKIP;
         return 1;
     }

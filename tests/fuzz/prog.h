@@ -33,7 +33,9 @@ enum {
 
 /* Field use by op (len = array length, rows = matrix rows / external outputs):
  *   CONST     k
- *   BRANCH    out = value(a) < value(b) ? slot c : slot d
+ *   BRANCH    out = a cmp b ? slot c : slot d, the comparison through a guard (ad_lt, ...:
+ *             a recorded program keeps it): mode 0 ad_lt(a, b), 1 ad_gt(b, a) (both
+ *             a < b), 2 ad_le(a, b), 3 ad_ge(b, a) (both a <= b); branch_holds
  *   NEST      ad_gradient of subs[sub] at args[arg..arg+len); d < 0: fx, else grad[d]
  *   LOOP      ad_checkpointed_loop: state0 = args[arg..+len), params = args[arg+len..+rows),
  *             `steps` steps of subs[sub] (inputs: state, then params; outputs: the
@@ -98,6 +100,8 @@ double gen_input(rng *r);
 
 /* prog.c */
 void prog_free(prog *p);
+/* Whether a BRANCH of this mode takes slot c at operand values a, b. */
+int branch_holds(int mode, double a, double b);
 /* a with room for need elements of size bytes (*cap of them now, doubling
  * from 16), as realloc returns it. */
 void *prog_grow(void *a, int *cap, int need, size_t size);

@@ -382,7 +382,8 @@ typedef struct ad_program ad_program;
  * (ad_external) and checkpointed loops are kept as calls: a replay calls
  * them again, so their rules (steps) run again with the ctx they were
  * given, which must stay valid while P is replayed.  AD_ENOTSUP if f uses
- * what a program cannot keep: a recorded matrix, a nested derivative
+ * what a program cannot keep: a product of dualrev/matrix.h (ad_mat_vec,
+ * ad_mat_sqnorm) with an active result, a nested derivative
  * (ad_gradient_r, ad_jvp_r) of active values, or a value that changed
  * without an operation (arithmetic on ad_value() put back into an ad_real
  * by hand).  Otherwise ad_gradient's errors. */

@@ -2,8 +2,8 @@
  * Rosenbrock, Hock-Schittkowski 71, and a check of a callback's gradient
  * against central differences of the same objective on constants; for the
  * bridges' replay option, the same problems counting their calls, with
- * guards (ad_lt, ...) that flip during a solve, and with an external
- * function that a program cannot keep. */
+ * guards (ad_lt, ...) that flip during a solve, and with a nested
+ * gradient that a program cannot keep. */
 #ifndef DUALREV_TESTS_BRIDGE_PROBLEMS_H
 #define DUALREV_TESTS_BRIDGE_PROBLEMS_H
 
@@ -174,60 +174,40 @@ static inline ad_real counted_hs71_equality(const ad_real *x, size_t n, void *ct
     return hs71_equality(x, n, NULL);
 }
 
-/* x^2 as an external function (ad_external, with every rule): a program
- * cannot keep it (AD_ENOTSUP), so a bridge replaying a function that
- * calls it evaluates that function as without replay. */
-static inline void square_primal(void *ctx, size_t n, const double *x, size_t m, double *y)
+/* x^2 as a nested gradient: d/dv (u u v) at u = v = x, which is u u to
+ * the bit (its value, its derivatives and its second derivatives are
+ * those of x x).  A program cannot keep a nested derivative of active
+ * values (ad_gradient_r: AD_ENOTSUP), so a bridge replaying a function
+ * that calls it evaluates that function as without replay. */
+static inline ad_real square_times(const ad_real *x, size_t n, void *ctx)
 {
-    (void)ctx, (void)n, (void)m;
-    y[0] = x[0] * x[0];
+    (void)n, (void)ctx;
+    return ad_mul(ad_mul(x[0], x[0]), x[1]);
 }
 
-static inline void square_vjp(void *ctx, size_t n, const double *x, size_t m, const double *y,
-                              const double *ybar, double *xbar)
+static inline ad_real nested_square(ad_real x)
 {
-    (void)ctx, (void)n, (void)m, (void)y;
-    xbar[0] = 2.0 * x[0] * ybar[0];
+    ad_real uv[2] = {x, x}, fx, g[2];
+    ad_gradient_r(square_times, NULL, 2, uv, &fx, g);
+    return g[1];
 }
 
-static inline void square_jvp(void *ctx, size_t n, const double *x, size_t m, const double *y,
-                              const double *xdot, double *ydot)
-{
-    (void)ctx, (void)n, (void)m, (void)y;
-    ydot[0] = 2.0 * x[0] * xdot[0];
-}
-
-static inline void square_hvp(void *ctx, size_t n, const double *x, size_t m, const double *y,
-                              const double *ybar, const double *xdot, double *out)
-{
-    (void)ctx, (void)n, (void)m, (void)x, (void)y;
-    out[0] = 2.0 * ybar[0] * xdot[0];
-}
-
-static inline ad_real external_square(ad_real x)
-{
-    static const ad_rule rule = {square_primal, square_vjp, square_jvp, square_hvp};
-    ad_real y;
-    ad_external(&rule, NULL, 1, &x, 1, &y);
-    return y;
-}
-
-/* Rosenbrock with its first (1 - x_0)^2 through external_square. */
-static inline ad_real external_rosenbrock(const ad_real *x, size_t n, void *ctx)
+/* Rosenbrock with its first (1 - x_0)^2 through nested_square. */
+static inline ad_real nested_rosenbrock(const ad_real *x, size_t n, void *ctx)
 {
     count_f(ctx);
     ad_real b = ad_sub(1.0, x[0]);
-    return ad_add(ad_sub(rosenbrock(x, n, NULL), ad_mul(b, b)), external_square(b));
+    return ad_add(ad_sub(rosenbrock(x, n, NULL), ad_mul(b, b)), nested_square(b));
 }
 
-/* HS71's inequality plus external_square(x0) - x0 x0 (0, to the bit): a
+/* HS71's inequality plus nested_square(x0) - x0 x0 (0, to the bit): a
  * vector function a program cannot keep. */
-static inline void external_hs71_inequality(const ad_real *x, size_t n, ad_real *y, size_t m,
-                                            void *ctx)
+static inline void nested_hs71_inequality(const ad_real *x, size_t n, ad_real *y, size_t m,
+                                          void *ctx)
 {
     count_g(ctx);
     hs71_inequality(x, n, y, m, NULL);
-    y[0] = ad_add(y[0], ad_sub(external_square(x[0]), ad_mul(x[0], x[0])));
+    y[0] = ad_add(y[0], ad_sub(nested_square(x[0]), ad_mul(x[0], x[0])));
 }
 
 #endif

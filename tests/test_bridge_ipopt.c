@@ -193,12 +193,12 @@ static void guarded_hs71_g(const ad_real *x, size_t n, ad_real *y, size_t m, voi
         y[0] = ad_mul(ad_mul(ad_mul(x[0], x[1]), x[2]), x[3]);
 }
 
-/* hs71_g plus external_square(x0) - x0 x0 (0): no program keeps it. */
-static void external_hs71_g(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
+/* hs71_g plus nested_square(x0) - x0 x0 (0): no program keeps it. */
+static void nested_hs71_g(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
 {
     count_g(ctx);
     hs71_g(x, n, y, m, NULL);
-    y[0] = ad_add(y[0], ad_sub(external_square(x[0]), ad_mul(x[0], x[0])));
+    y[0] = ad_add(y[0], ad_sub(nested_square(x[0]), ad_mul(x[0], x[0])));
 }
 
 typedef struct run {
@@ -293,8 +293,8 @@ static void test_unkept(void **state)
 {
     run plain, replayed;
     (void)state;
-    solve(counted_hs71_objective, external_hs71_g, NULL, 0, &plain);
-    solve(counted_hs71_objective, external_hs71_g, NULL, 1, &replayed);
+    solve(counted_hs71_objective, nested_hs71_g, NULL, 0, &plain);
+    solve(counted_hs71_objective, nested_hs71_g, NULL, 1, &replayed);
     assert_same_run(&plain, &replayed);
     /* g and the Lagrangian found unkept at their first recording, then
      * evaluated as without replay */

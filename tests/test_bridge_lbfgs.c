@@ -136,8 +136,8 @@ static void test_unkept(void **state)
 {
     static run plain, replayed;
     (void)state;
-    minimize(external_rosenbrock, 10, 0, &plain);
-    minimize(external_rosenbrock, 10, 1, &replayed);
+    minimize(nested_rosenbrock, 10, 0, &plain);
+    minimize(nested_rosenbrock, 10, 1, &replayed);
     assert_same_run(&plain, &replayed, 10);
     /* ad_gradient each time, after the one recording that found out */
     assert_int_equal(replayed.calls.f, replayed.evaluations + 1);

@@ -195,8 +195,8 @@ static void test_unkept(void **state)
 {
     run plain, replayed;
     (void)state;
-    solve(counted_hs71_objective, external_hs71_inequality, counted_hs71_equality, 0, &plain);
-    solve(counted_hs71_objective, external_hs71_inequality, counted_hs71_equality, 1, &replayed);
+    solve(counted_hs71_objective, nested_hs71_inequality, counted_hs71_equality, 0, &plain);
+    solve(counted_hs71_objective, nested_hs71_inequality, counted_hs71_equality, 1, &replayed);
     assert_same_run(&plain, &replayed);
     /* the inequality, evaluated as without replay after the recording
      * that found out; the others replayed */

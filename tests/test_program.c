@@ -2,7 +2,9 @@
  * replays (ad_program_value, _gradient, _hvp, _jacobian, _jvp, _vjp,
  * _sparse_jacobian, _sparse_hessian, _sparse_hessian_values),
  * ad_program_evaluate and ad_program_stats_get, with the branch guards
- * ad_lt, ad_le, ad_gt, ad_ge (include/dualrev.h, "recorded programs").
+ * ad_lt, ad_le, ad_gt, ad_ge, and the external functions (ad_external) and
+ * checkpointed loops a program keeps as calls, made again by a replay
+ * (include/dualrev.h, "recorded programs").
  *
  * Oracles, each independent of the replay under test:
  *   - the drivers on f itself.  A replay at x makes the operations f makes
@@ -21,7 +23,11 @@
  *     from the same source, whose value must also be the program's bits;
  *   - for guards, the C comparison at the point: where it differs from the
  *     recording's, AD_EBRANCH and NaN results from every replay;
- *   - call counts of f (a replay never calls it) and of ctx reads.
+ *   - call counts of f (a replay never calls it) and of ctx reads; for
+ *     external functions and loops, their rules' calls (a replay makes
+ *     them) and the tape statistics of a replay's recording against f's
+ *     (the same records, blocks and loop snapshots), the closed forms of
+ *     external_maps.h and central differences of the replayed value.
  * "The same bits" takes all NaNs as one number (same_number below).
  *
  * Covered: every elementary operation in every rr/rd/dr form (ops_list.h),
@@ -35,10 +41,23 @@
  * recording, eight threads replaying one program, programs recorded or
  * replayed inside other recordings, long programs, ad_program_evaluate,
  * the statistics, errors (NULL arguments, scalar drivers on vector
- * programs, what a program cannot keep, values of other recordings, the
- * tape limit) and allocation failure at every count; and pow with an
- * exponent or base the compiler sees, which it may fold (x^2 into x x),
- * at points where the folded and the called forms round apart. */
+ * programs, what a program cannot keep -- recorded matrices, nested
+ * derivatives of active values, values made by hand --, values of other
+ * recordings, the tape limit) and allocation failure at every count; pow
+ * with an exponent or base the compiler sees, which it may fold (x^2 into
+ * x x), at points where the folded and the called forms round apart; and
+ * external functions and checkpointed loops (section 18): alone, among
+ * operations and each other (an external's outputs feeding a loop, a
+ * loop's state an external, externals in a step, loops in a step, inputs
+ * that are constants, repeated or results of primitives, unused outputs,
+ * guards on a call's output), a step that branches (its guards are its
+ * own recordings', not the program's), rules without jvp or hvp
+ * (AD_ENOTSUP where the driver on f gives it), rules that record, their
+ * ctx changed after the recording (read by the replay; the rule kept as
+ * it was passed; an external of constants not a call), a rule writing NaN
+ * and a step meeting an invalid call at a replay (with and without
+ * AD_CHECK_FINITE), the tape limit at every count, allocation failure at
+ * every count, eight threads, and replays inside recordings. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <float.h>
@@ -50,6 +69,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "external_maps.h"
 #include "ops_list.h"
 #include "ops_table.h"
 #include "../lib/drivers/testing.h"
@@ -450,6 +470,388 @@ static void expect_branch(const subject *s, ad_program *P, const double *x, cons
                 AD_EBRANCH);
     all_nan("ad_program_sparse_jacobian", "y", y, m);
     assert_csr_empty(&J);
+}
+
+/* ======================================================================
+ * 2b. External functions and checkpointed loops: kept as calls
+ * ====================================================================== */
+
+/* A program keeps each ad_external and ad_checkpointed_loop as a call that
+ * a replay makes again: the rule (the step) runs again on the replayed
+ * values, with the ctx f gave it.  The rules below are external_maps.h's
+ * maps times ctx's factor, read at every call; each primal call is
+ * counted (atomically: threads replay them).  An input x0 above nan_from
+ * makes the primal's outputs NaN, above nan_vjp_from the vjp's first
+ * cotangent. */
+typedef struct ext_ctx {
+    enum map k;
+    double scale;
+    double nan_from, nan_vjp_from;
+    atomic_long primals;
+} ext_ctx;
+
+#define EXT_CTX(k) {(k), 1.0, INFINITY, INFINITY, 0}
+
+static void ext_sizes(const ext_ctx *c, size_t n, size_t m)
+{
+    if (n != map_n[c->k] || m != map_m[c->k])
+        abort();  /* a test's own mistake; rules may run on other threads */
+}
+
+static void ext_primal(void *ctx, size_t n, const double *x, size_t m, double *y)
+{
+    ext_ctx *c = ctx;
+    ext_sizes(c, n, m);
+    atomic_fetch_add(&c->primals, 1);
+    map_eval(c->k, x, y);
+    for (size_t j = 0; j < m; j++)
+        y[j] = x[0] > c->nan_from ? NAN : c->scale * y[j];
+}
+
+static void ext_vjp(void *ctx, size_t n, const double *x, size_t m, const double *y,
+                    const double *ybar, double *xbar)
+{
+    const ext_ctx *c = ctx;
+    double J[MAXM * MAXN];
+    (void)y;
+    ext_sizes(c, n, m);
+    map_jacobian(c->k, x, J);
+    for (size_t j = 0; j < m; j++)
+        for (size_t i = 0; i < n; i++)
+            xbar[i] += c->scale * ybar[j] * J[j * n + i];
+    if (x[0] > c->nan_vjp_from)
+        xbar[0] = NAN;
+}
+
+static void ext_jvp(void *ctx, size_t n, const double *x, size_t m, const double *y,
+                    const double *xdot, double *ydot)
+{
+    const ext_ctx *c = ctx;
+    double J[MAXM * MAXN];
+    (void)y;
+    ext_sizes(c, n, m);
+    map_jacobian(c->k, x, J);
+    for (size_t j = 0; j < m; j++) {
+        double s = 0.0;
+        for (size_t i = 0; i < n; i++)
+            s += J[j * n + i] * xdot[i];
+        ydot[j] = c->scale * s;
+    }
+}
+
+static void ext_hvp(void *ctx, size_t n, const double *x, size_t m, const double *y,
+                    const double *ybar, const double *xdot, double *out)
+{
+    const ext_ctx *c = ctx;
+    double H[MAXN * MAXN];
+    (void)y;
+    ext_sizes(c, n, m);
+    for (size_t j = 0; j < m; j++) {
+        map_hessian(c->k, x, j, H);
+        for (size_t i = 0; i < n; i++) {
+            double s = 0.0;
+            for (size_t l = 0; l < n; l++)
+                s += H[i * n + l] * xdot[l];
+            out[i] += c->scale * ybar[j] * s;
+        }
+    }
+}
+
+static const ad_rule ext_full = {ext_primal, ext_vjp, ext_jvp, ext_hvp};
+static const ad_rule ext_no_hvp = {ext_primal, ext_vjp, ext_jvp, NULL};
+static const ad_rule ext_vjp_only = {ext_primal, ext_vjp, NULL, NULL};
+
+/* A rule that uses dualrev itself (recording_rule): its value, gradient
+ * and H v are those of inner_rule_f, taken by ad_gradient and ad_hvp (nested recordings,
+ * made while the program, or a replay, records). */
+static ad_real inner_rule_f(const ad_real *x, size_t n, void *ctx)
+{
+    (void)ctx;
+    return ad_add(ad_sqnorm(n, x), ad_mul(ad_sin(x[0]), x[1]));
+}
+
+static void recording_primal(void *ctx, size_t n, const double *x, size_t m, double *y)
+{
+    double g[2];
+    (void)ctx, (void)m;
+    if (ad_gradient(inner_rule_f, NULL, n, x, y, g) != AD_OK)
+        y[0] = NAN;
+}
+
+static void recording_vjp(void *ctx, size_t n, const double *x, size_t m, const double *y,
+                       const double *ybar, double *xbar)
+{
+    double fx, g[2];
+    (void)ctx, (void)m, (void)y;
+    if (ad_gradient(inner_rule_f, NULL, n, x, &fx, g) != AD_OK)
+        g[0] = g[1] = NAN;
+    for (size_t i = 0; i < n; i++)
+        xbar[i] = ybar[0] * g[i];
+}
+
+static void recording_jvp(void *ctx, size_t n, const double *x, size_t m, const double *y,
+                       const double *xdot, double *ydot)
+{
+    double fx, g[2];
+    (void)ctx, (void)m, (void)y;
+    if (ad_gradient(inner_rule_f, NULL, n, x, &fx, g) != AD_OK)
+        g[0] = g[1] = NAN;
+    ydot[0] = g[0] * xdot[0] + g[1] * xdot[1];
+}
+
+static void recording_hvp(void *ctx, size_t n, const double *x, size_t m, const double *y,
+                       const double *ybar, const double *xdot, double *out)
+{
+    double fx, g[2], hv[2];
+    (void)ctx, (void)m, (void)y;
+    if (ad_hvp(inner_rule_f, NULL, n, x, xdot, &fx, g, hv) != AD_OK)
+        hv[0] = hv[1] = NAN;
+    for (size_t i = 0; i < n; i++)
+        out[i] = ybar[0] * hv[i];
+}
+
+static const ad_rule recording_rule = {recording_primal, recording_vjp, recording_jvp,
+                                       recording_hvp};
+
+/* Steps, of step size ctx->h (read at every call) times a factor of k,
+ * so that a step replayed for the wrong k shows. */
+typedef struct step_ctx {
+    double h;
+    ext_ctx *ext;    /* step_external's rule's ctx (map D) */
+    double bad_from; /* step_bad: an ad_external with a NULL rule where s0 > bad_from */
+} step_ctx;
+
+static double step_h(const void *ctx, size_t k)
+{
+    const step_ctx *c = ctx;
+    return c->h * (1.0 + (double)(k % 3) / 4.0);
+}
+
+/* (u, v), params (a, b): a predator-prey step, explicit Euler. */
+static void step_ode(size_t k, const ad_real *s, ad_real *next, size_t n, const ad_real *p,
+                     size_t np, void *ctx)
+{
+    double h = step_h(ctx, k);
+    ad_real u = s[0], v = s[1];
+    (void)n, (void)np;
+    next[0] = ad_add(u, ad_mul(h, ad_sub(ad_mul(p[0], ad_sin(v)), ad_mul(u, v))));
+    next[1] = ad_add(v, ad_mul(h, ad_sub(ad_mul(u, p[1]), ad_tanh(v))));
+}
+
+/* Three states, no params: n-ary primitives and a selection in a step. */
+static void step_plain(size_t k, const ad_real *s, ad_real *next, size_t n, const ad_real *p,
+                       size_t np, void *ctx)
+{
+    double h = step_h(ctx, k);
+    (void)p, (void)np;
+    ad_real sum = ad_sum(n, s);
+    next[0] = ad_add(s[0], ad_mul(h, ad_cos(s[1])));
+    next[1] = ad_add(s[1], ad_mul(h, ad_sub(ad_mul(s[2], 0.5), ad_mul(sum, 0.25))));
+    next[2] = ad_add(s[2], ad_mul(h, ad_select_lt(s[0], s[1], ad_mul(s[0], s[1]),
+                                                  ad_mul(ad_sqnorm(n, s), 0.1))));
+}
+
+/* A step that branches on its state: guards (ad_lt, ad_ge) and a branch
+ * on a value.  They are the step's own recordings' (the reverse sweep's
+ * replays), never the program's, and a replay runs the steps again: where
+ * a step branches otherwise than at the recording, a replay still gives
+ * f's numbers (no AD_EBRANCH). */
+static void step_guarded(size_t k, const ad_real *s, ad_real *next, size_t n,
+                         const ad_real *p, size_t np, void *ctx)
+{
+    double h = step_h(ctx, k);
+    (void)n, (void)np;
+    if (ad_lt(s[0], p[0]))
+        next[0] = ad_add(s[0], ad_mul(h, ad_mul(s[1], s[1])));
+    else
+        next[0] = ad_sub(s[0], ad_mul(h, ad_sin(s[1])));
+    next[1] = ad_ge(s[1], 0.0) ? ad_mul(s[1], 1.0 - h) : ad_add(s[1], ad_mul(h, ad_fabs(s[0])));
+    if (ad_value(s[0]) > 0.5)
+        next[1] = ad_add(next[1], ad_mul(h, s[0]));
+}
+
+/* A step calling an external function (map D: R^2 -> R^2). */
+static void step_external(size_t k, const ad_real *s, ad_real *next, size_t n,
+                          const ad_real *p, size_t np, void *ctx)
+{
+    const step_ctx *c = ctx;
+    double h = step_h(ctx, k);
+    ad_real d[2];
+    (void)n, (void)np;
+    ad_external(&ext_full, c->ext, 2, s, 2, d);
+    next[0] = ad_add(ad_mul(d[0], 1.0 - h), ad_mul(h, p[0]));
+    next[1] = ad_mul(d[1], ad_add(1.0 - h, ad_mul(h, p[0])));
+}
+
+/* A step whose ad_external is invalid (a NULL rule) where s0 > bad_from:
+ * an error met at a replay that the recording did not meet. */
+static void step_bad(size_t k, const ad_real *s, ad_real *next, size_t n, const ad_real *p,
+                     size_t np, void *ctx)
+{
+    const step_ctx *c = ctx;
+    double h = step_h(ctx, k);
+    ad_real d[2];
+    (void)n, (void)np;
+    ad_external(ad_value(s[0]) > c->bad_from ? NULL : &ext_full, c->ext, 2, s, 2, d);
+    next[0] = ad_add(d[0], ad_mul(h, p[0]));
+    next[1] = d[1];
+}
+
+static ext_ctx ext_A = EXT_CTX(MAP_A), ext_B = EXT_CTX(MAP_B), ext_C = EXT_CTX(MAP_C),
+               ext_D = EXT_CTX(MAP_D), ext_E = EXT_CTX(MAP_E), ext_G = EXT_CTX(MAP_G),
+               ext_in_step = EXT_CTX(MAP_D);
+static step_ctx steps_c = {0.1, &ext_in_step, INFINITY};
+
+/* The calls of the functions below (a replay makes none). */
+static long call_f_calls;
+
+/* An external function alone: the program's output is the call's. */
+static ad_real ext_alone(const ad_real *x, size_t n, void *ctx)
+{
+    ad_real y[2];
+    (void)n, (void)ctx;
+    call_f_calls++;
+    ad_external(&ext_full, &ext_A, 3, x, 2, y);
+    return y[1];
+}
+
+/* A checkpointed loop alone (revolve's choice of snapshots). */
+static ad_real loop_alone(const ad_real *x, size_t n, void *ctx)
+{
+    ad_real s[2];
+    (void)n, (void)ctx;
+    call_f_calls++;
+    ad_checkpointed_loop(step_ode, &steps_c, 7, 0, 2, x, 2, x + 2, s);
+    return s[0];
+}
+
+/* External functions and loops among ordinary operations and each other:
+ * an external's inputs an operation's result, a primitive's, an input, a
+ * constant and one value twice; an external feeding an external and a
+ * loop (with a constant param), the loop's state feeding an external
+ * (one of whose outputs is unused); n-ary primitives and a selection on
+ * their results. */
+static ad_real calls_mixed_T(const ad_real *x)
+{
+    ad_real u[3] = {ad_mul(x[0], x[1]), ad_sin(x[2]), x[0]}, a[2], b, c[3], s[2];
+    ad_external(&ext_full, &ext_A, 3, u, 2, a);
+    ad_real w[4] = {a[0], ad_const(0.75), x[3], a[0]};
+    ad_external(&ext_full, &ext_B, 4, w, 1, &b);
+    ad_real s0[2] = {a[1], ad_mul(b, 0.1)}, p[2] = {x[4], ad_const(0.5)};
+    ad_checkpointed_loop(step_ode, &steps_c, 5, 2, 2, s0, 2, p, s);
+    ad_external(&ext_full, &ext_C, 1, &s[0], 3, c);
+    ad_real e[3] = {c[0], s[1], x[5]};
+    ad_real t = ad_add(ad_mul(c[0], x[5]), ad_dot(3, e, e));
+    t = ad_add(t, ad_select_lt(s[1], x[5], ad_mul(c[2], s[1]), ad_sum(3, e)));
+    return ad_add(t, ad_mul(ad_exp(ad_mul(s[0], 0.25)), c[2]));
+}
+
+static ad_real calls_mixed(const ad_real *x, size_t n, void *ctx)
+{
+    (void)n, (void)ctx;
+    call_f_calls++;
+    return calls_mixed_T(x);
+}
+
+/* Five outputs: a call's output, loop states (np = 0, a constant in the
+ * state, one snapshot), an external of a loop's state and an input, a
+ * constant, and calls_mixed. */
+static void calls_vector(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
+{
+    ad_real d[2], s[3], e;
+    (void)n, (void)m, (void)ctx;
+    call_f_calls++;
+    ad_external(&ext_full, &ext_D, 2, x, 2, d);
+    y[0] = d[0];
+    ad_real s0[3] = {d[1], x[2], ad_const(0.3)};
+    ad_checkpointed_loop(step_plain, &steps_c, 4, 1, 3, s0, 0, NULL, s);
+    y[1] = s[0];
+    ad_real ein[2] = {s[2], x[4]};
+    ad_external(&ext_full, &ext_E, 2, ein, 1, &e);
+    y[2] = ad_add(ad_mul(s[1], x[3]), e);
+    y[3] = ad_const(2.5);
+    y[4] = calls_mixed_T(x);
+}
+
+/* A loop whose step branches (step_guarded): state (x0, x1), param x2. */
+static ad_real guarded_loop(const ad_real *x, size_t n, void *ctx)
+{
+    ad_real s[2];
+    (void)n, (void)ctx;
+    call_f_calls++;
+    ad_checkpointed_loop(step_guarded, &steps_c, 6, 2, 2, x, 1, x + 2, s);
+    return ad_add(s[0], ad_mul(s[1], x[2]));
+}
+
+/* A loop whose step calls an external function, then an external of the
+ * loop's state. */
+static ad_real loop_of_external(const ad_real *x, size_t n, void *ctx)
+{
+    ad_real s[2], e;
+    (void)n, (void)ctx;
+    call_f_calls++;
+    ad_checkpointed_loop(step_external, &steps_c, 5, 0, 2, x, 1, x + 2, s);
+    ad_external(&ext_full, &ext_E, 2, s, 1, &e);
+    return ad_mul(e, ad_cos(x[1]));
+}
+
+/* A step running a loop of its own (3 steps of step_ode). */
+static void step_of_loop(size_t k, const ad_real *s, ad_real *next, size_t n, const ad_real *p,
+                         size_t np, void *ctx)
+{
+    (void)k;
+    ad_checkpointed_loop(step_ode, ctx, 3, 0, n, s, np, p, next);
+}
+
+/* Loops in a loop, whose state array is both state0 and stateN. */
+static ad_real loop_of_loops(const ad_real *x, size_t n, void *ctx)
+{
+    ad_real s[2] = {x[0], x[1]};
+    (void)n, (void)ctx;
+    call_f_calls++;
+    ad_checkpointed_loop(step_of_loop, &steps_c, 4, 2, 2, s, 2, x + 2, s);
+    return ad_mul(s[0], ad_exp(s[1]));
+}
+
+/* A guard on an external function's output (map E: e^x0 x1, below 0
+ * where x1 is): a replay where it comes out the other way is
+ * AD_EBRANCH. */
+static ad_real guard_on_call(const ad_real *x, size_t n, void *ctx)
+{
+    ad_real e;
+    (void)n, (void)ctx;
+    call_f_calls++;
+    ad_external(&ext_full, &ext_E, 2, x, 1, &e);
+    return ad_lt(e, 0.0) ? ad_mul(e, x[0]) : ad_sin(e);
+}
+
+/* External functions whose rules lack jvp and hvp, or hvp. */
+static ad_real ext_without_jvp(const ad_real *x, size_t n, void *ctx)
+{
+    ad_real e;
+    (void)n, (void)ctx;
+    call_f_calls++;
+    ad_external(&ext_vjp_only, &ext_E, 2, x, 1, &e);
+    return ad_mul(e, ad_sin(x[0]));
+}
+
+static ad_real ext_without_hvp(const ad_real *x, size_t n, void *ctx)
+{
+    ad_real g;
+    (void)n, (void)ctx;
+    call_f_calls++;
+    ad_external(&ext_no_hvp, &ext_G, 3, x, 1, &g);
+    return ad_add(g, ad_mul(x[0], x[1]));
+}
+
+/* An external function whose rules record (recording_rule). */
+static ad_real ext_recording_rule(const ad_real *x, size_t n, void *ctx)
+{
+    ad_real y;
+    (void)n, (void)ctx;
+    call_f_calls++;
+    ad_external(&recording_rule, NULL, 2, x, 1, &y);
+    return ad_mul(y, ad_cos(x[1]));
 }
 
 /* ======================================================================
@@ -1391,6 +1793,7 @@ typedef struct replayer {
     int index;
     atomic_int *ready;
     ad_program *P, *V;
+    int rounds;
     int failures;
     char first[200];
 } replayer;
@@ -1424,7 +1827,7 @@ static void *replay_body(void *arg)
     atomic_fetch_add(r->ready, 1);
     while (atomic_load(r->ready) < REPLAY_THREADS)
         sched_yield();
-    for (int round = 0; round < THREAD_ROUNDS; round++)
+    for (int round = 0; round < r->rounds; round++)
         for (int k = 0; k < THREAD_POINTS; k++) {
             int point = (k + r->index) % THREAD_POINTS;
             const thread_ref *t = &thread_refs[point];
@@ -1471,23 +1874,19 @@ static void *replay_body(void *arg)
     return NULL;
 }
 
-static void test_threads(void **state)
+/* The references: the main thread's replays of the scalar program P of s
+ * and the vector one Q of V at THREAD_POINTS points drawn by draw,
+ * themselves checked against the drivers. */
+static void thread_refs_at(const subject *s, const subject *V, ad_program *P, ad_program *Q,
+                           void (*draw)(uint64_t *, double *), uint64_t *rng)
 {
-    (void)state;
-    uint64_t rng = 1313;
-    mix_ctx c = MIX_CTX, cv = MIX_CTX;
-    subject s = {"mixed", mix_r, NULL, &c, 6, 1}, V = {"mixed vector", NULL, mix_vector, &cv, 6, 5};
-    double x0[6];
-    mix_point(&rng, x0);
-    ad_program *P = record_at(&s, x0), *Q = record_at(&V, x0);
-    /* the single-thread results, themselves checked against the drivers */
     for (int k = 0; k < THREAD_POINTS; k++) {
         thread_ref *t = &thread_refs[k];
-        mix_point(&rng, t->x);
-        fill_uniform(&rng, t->v, 6, -1.0, 1.0);
-        fill_uniform(&rng, t->w, 5, -1.0, 1.0);
-        compare_at(&s, P, t->x, NULL, &rng);
-        compare_at(&V, Q, t->x, NULL, &rng);
+        draw(rng, t->x);
+        fill_uniform(rng, t->v, 6, -1.0, 1.0);
+        fill_uniform(rng, t->w, 5, -1.0, 1.0);
+        compare_at(s, P, t->x, NULL, rng);
+        compare_at(V, Q, t->x, NULL, rng);
         assert_ok(ad_program_gradient(P, t->x, &t->fx, t->g));
         assert_ok(ad_program_hvp(P, t->x, t->v, &t->hfx, t->hg, t->hv));
         assert_ok(ad_program_sparse_hessian(P, t->x, &t->sfx, t->sg, &t->H));
@@ -1504,12 +1903,17 @@ static void test_threads(void **state)
         assert_ok(ad_program_vjp(Q, t->x, t->w, t->wy, t->wj));
         assert_ok(ad_program_sparse_jacobian(Q, t->x, t->y, &t->J));
     }
-    long calls = c.calls, calls_v = cv.calls;
+}
+
+/* REPLAY_THREADS threads replaying P and Q `rounds` times at the
+ * references' points: the same bits. */
+static void threads_replay(ad_program *P, ad_program *Q, int rounds)
+{
     static replayer r[REPLAY_THREADS];
     pthread_t th[REPLAY_THREADS];
     atomic_int ready = 0;
     for (int i = 0; i < REPLAY_THREADS; i++) {
-        r[i] = (replayer){i, &ready, P, Q, 0, ""};
+        r[i] = (replayer){i, &ready, P, Q, rounds, 0, ""};
         assert_int_equal(pthread_create(&th[i], NULL, replay_body, &r[i]), 0);
     }
     for (int i = 0; i < REPLAY_THREADS; i++)
@@ -1519,13 +1923,27 @@ static void test_threads(void **state)
             print_error("%d failures, first: %s\n", r[i].failures, r[i].first);
         assert_int_equal(r[i].failures, 0);
     }
-    assert_int_equal(c.calls, calls);
-    assert_int_equal(cv.calls, calls_v);
     for (int k = 0; k < THREAD_POINTS; k++) {
         ad_csr_free(&thread_refs[k].H);
         ad_csr_free(&thread_refs[k].J);
         free(thread_refs[k].hvals);
     }
+}
+
+static void test_threads(void **state)
+{
+    (void)state;
+    uint64_t rng = 1313;
+    mix_ctx c = MIX_CTX, cv = MIX_CTX;
+    subject s = {"mixed", mix_r, NULL, &c, 6, 1}, V = {"mixed vector", NULL, mix_vector, &cv, 6, 5};
+    double x0[6];
+    mix_point(&rng, x0);
+    ad_program *P = record_at(&s, x0), *Q = record_at(&V, x0);
+    thread_refs_at(&s, &V, P, Q, mix_point, &rng);
+    long calls = c.calls, calls_v = cv.calls;
+    threads_replay(P, Q, THREAD_ROUNDS);
+    assert_int_equal(c.calls, calls);
+    assert_int_equal(cv.calls, calls_v);
     ad_program_free(P);
     ad_program_free(Q);
 }
@@ -1560,15 +1978,31 @@ static void vjp_double(void *ctx, size_t n, const double *x, size_t m, const dou
 
 static const ad_rule double_rule = {prim_double, vjp_double, NULL, NULL};
 
-static ad_real with_external(const ad_real *x, size_t n, void *ctx)
+/* A recorded matrix (ad_mat_record): no program keeps it. */
+static ad_real with_matrix(const ad_real *x, size_t n, void *ctx)
 {
     long *calls = ctx;
-    ad_real y;
+    ad_mat M;
+    ad_real A[4] = {x[0], x[1], ad_mul(x[1], 2.0), x[0]}, y[2];
     (void)n;
     ++*calls;
-    if (ad_external(&double_rule, NULL, 2, x, 1, &y) != AD_OK)
+    if (ad_mat_record(2, 2, A, &M) != AD_OK)
         return ad_const(NAN);
-    return ad_add(ad_sin(y), x[0]);
+    ad_mat_vec_rr(&M, x, y);
+    return ad_add(ad_sin(y[0]), ad_mul(y[1], x[0]));
+}
+
+/* An external function and a checkpointed loop: kept as calls. */
+static ad_real with_calls(const ad_real *x, size_t n, void *ctx)
+{
+    long *calls = ctx;
+    ad_real e, s[2];
+    (void)n;
+    ++*calls;
+    ad_external(&ext_full, &ext_E, 2, x, 1, &e);
+    ad_real s0[2] = {e, x[1]};
+    ad_checkpointed_loop(step_ode, &steps_c, 3, 0, 2, s0, 2, x, s);
+    return ad_add(s[0], ad_mul(s[1], x[0]));
 }
 
 /* evaluate at x: the bits of ad_gradient (and its value alone), f called
@@ -1640,10 +2074,10 @@ static void test_evaluate(void **state)
     calls = 0;
     P = NULL;
     double y[2] = {0.5, -0.25};
-    assert_ok(ad_program_evaluate(&P, with_external, &calls, 2, y, &fx, gd));
+    assert_ok(ad_program_evaluate(&P, with_matrix, &calls, 2, y, &fx, gd));
     double fr, gr[2];
     long rc = 0;
-    assert_ok(ad_gradient(with_external, &rc, 2, y, &fr, gr));
+    assert_ok(ad_gradient(with_matrix, &rc, 2, y, &fr, gr));
     assert_same(fx, fr);
     assert_same(gd[0], gr[0]);
     assert_same(gd[1], gr[1]);
@@ -1652,7 +2086,7 @@ static void test_evaluate(void **state)
     for (int k = 0; k < 5; k++) {
         y[0] = rng_uniform(&rng, -1.0, 1.0);
         y[1] = rng_uniform(&rng, -1.0, 1.0);
-        evaluate_as_gradient(&P, with_external, &calls, 2, y, 1);
+        evaluate_as_gradient(&P, with_matrix, &calls, 2, y, 1);
     }
     /* once f is known to be unkeepable, no recording is tried again */
     assert_int_equal(calls, after_first + 5 * 2);
@@ -1664,6 +2098,28 @@ static void test_evaluate(void **state)
         f2 = SENT_P;
         assert_int_equal(ad_program_value(P, y, &f2), AD_ENOTSUP);
     }
+    ad_program_free(P);
+
+    /* external functions and loops are kept (as calls): recorded once,
+     * then replayed, their rules run again at every evaluation */
+    calls = 0;
+    P = NULL;
+    y[0] = 0.5, y[1] = -0.25;
+    evaluate_as_gradient(&P, with_calls, &calls, 2, y, 1);
+    long primals = atomic_load(&ext_E.primals);
+    for (int k = 0; k < 5; k++) {
+        y[0] = rng_uniform(&rng, -1.0, 1.0);
+        y[1] = rng_uniform(&rng, -1.0, 1.0);
+        long before = atomic_load(&ext_E.primals);
+        assert_ok(ad_program_evaluate(&P, with_calls, &calls, 2, y, &fx, gd));
+        assert_true(atomic_load(&ext_E.primals) > before);
+        evaluate_as_gradient(&P, with_calls, &calls, 2, y, 0);
+    }
+    assert_int_equal(calls, 1);
+    assert_true(atomic_load(&ext_E.primals) > primals + 5);
+    ad_program_stats st2;
+    assert_ok(ad_program_stats_get(P, &st2));
+    assert_int_equal(st2.operations, 4);  /* the two calls, a mul and an add */
     ad_program_free(P);
 }
 
@@ -1730,6 +2186,22 @@ static void test_stats(void **state)
     assert_ok(ad_program_gradient(P, NULL, &fx, NULL));
     assert_same(fx, 3.25);
     ad_program_free(P);
+
+    /* a call, of an external function or a loop, is one operation; a
+     * step's guards are not the program's */
+    double z[4] = {0.5, -0.25, 0.75, 0.3};
+    static const ad_objective calls_fs[] = {ext_alone, loop_alone, guarded_loop};
+    static const size_t calls_n[] = {3, 4, 3}, calls_widest[] = {3 + 2, 2 + 2 + 2, 2 + 1 + 2};
+    for (int i = 0; i < 3; i++) {
+        assert_ok(ad_program_record(calls_fs[i], NULL, calls_n[i], z, &P));
+        assert_ok(ad_program_stats_get(P, &st));
+        assert_int_equal(st.inputs, calls_n[i]);
+        assert_int_equal(st.operations, i < 2 ? 1 : 3);  /* the loop, a mul and an add */
+        assert_int_equal(st.guards, 0);
+        assert_true(st.bytes >= 4 * st.operations);
+        assert_true(st.replay_bytes >= (calls_n[i] + calls_widest[i]) * sizeof(ad_real));
+        ad_program_free(P);
+    }
 
     assert_int_equal(ad_program_stats_get(NULL, &st), AD_EINVAL);
     assert_ok(ad_program_record(small_f, NULL, 2, x, &P));
@@ -2275,10 +2747,9 @@ static ad_real uses_loop(const ad_real *x, size_t n, void *ctx)
 static void test_unsupported_blocks(void **state)
 {
     (void)state;
-    static const ad_objective fs[] = {uses_external, uses_recorded_matrix, uses_wrapped_matrix,
-                                      uses_loop};
-    static const char *const names[] = {"ad_external", "ad_mat_record", "ad_mat_wrap",
-                                        "ad_checkpointed_loop"};
+    uint64_t rng = 2929;
+    static const ad_objective fs[] = {uses_recorded_matrix, uses_wrapped_matrix};
+    static const char *const names[] = {"ad_mat_record", "ad_mat_wrap"};
     double x[2] = {0.75, 1.25};
     for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++) {
         double fx, g[2];
@@ -2294,6 +2765,19 @@ static void test_unsupported_blocks(void **state)
         P = (ad_program *)x;
         assert_int_equal(ad_program_record_function(scalar_fn, &sc, 2, 1, x, &P), AD_ENOTSUP);
         assert_null(P);
+    }
+    /* external functions and checkpointed loops, once refused here, are
+     * kept (as calls): section 18 */
+    subject kept[] = {{"ad_external (vjp only)", uses_external, NULL, NULL, 2, 1},
+                      {"ad_checkpointed_loop", uses_loop, NULL, NULL, 2, 1}};
+    for (int i = 0; i < 2; i++) {
+        ad_program *P = record_at(&kept[i], x);
+        for (int k = 0; k < 10; k++) {
+            double y[2];
+            fill_uniform(&rng, y, 2, -1.5, 1.5);
+            compare_at(&kept[i], P, y, NULL, &rng);
+        }
+        ad_program_free(P);
     }
 }
 
@@ -2673,6 +3157,8 @@ static const char *const af_names[AF_KINDS] = {
 
 typedef struct af_state {
     mix_ctx ctx;
+    ad_objective f;     /* guarded_mix, or calls_mixed */
+    ad_function F;      /* mix_vector, or calls_vector */
     ad_program *P, *V;  /* recorded beforehand, for the replays */
     ad_csr H0;
     double x[6], v[6], w[5];
@@ -2700,7 +3186,7 @@ static ad_status af_call(int api, af_state *a, af_out *o)
     case AF_RECORD:
         o->count = 0;
         o->made = (ad_program *)a;
-        s = ad_program_record(guarded_mix, &a->ctx, 6, a->x, &o->made);
+        s = ad_program_record(a->f, &a->ctx, 6, a->x, &o->made);
         o->record_failed = s != AD_OK;
         if (s == AD_OK) {
             o->count = 7;
@@ -2710,7 +3196,7 @@ static ad_status af_call(int api, af_state *a, af_out *o)
     case AF_RECORD_FUNCTION:
         o->count = 0;
         o->made = (ad_program *)a;
-        s = ad_program_record_function(mix_vector, &a->ctx, 6, 5, a->x, &o->made);
+        s = ad_program_record_function(a->F, &a->ctx, 6, 5, a->x, &o->made);
         o->record_failed = s != AD_OK;
         if (s == AD_OK) {
             o->count = 35;
@@ -2754,11 +3240,11 @@ static ad_status af_call(int api, af_state *a, af_out *o)
         return s;
     case AF_EVALUATE_FIRST:
         o->count = 7;
-        return ad_program_evaluate(&o->made, guarded_mix, &a->ctx, 6, a->x, p, p + 1);
+        return ad_program_evaluate(&o->made, a->f, &a->ctx, 6, a->x, p, p + 1);
     default: {
         o->count = 7;
         ad_program *E = a->P;
-        s = ad_program_evaluate(&E, guarded_mix, &a->ctx, 6, a->x, p, p + 1);
+        s = ad_program_evaluate(&E, a->f, &a->ctx, 6, a->x, p, p + 1);
         if (E != a->P) {  /* recorded again: a change we do not expect */
             ad_program_free(E);
             return AD_EBRANCH;
@@ -2768,19 +3254,28 @@ static ad_status af_call(int api, af_state *a, af_out *o)
     }
 }
 
+/* state: the API (AF_*), plus AF_KINDS for the programs of external
+ * functions and loops (calls_mixed, calls_vector), whose replays call
+ * them again: their blocks, the loops' snapshots and steps' tapes, the
+ * rules' work all allocate in a replay. */
 static void test_alloc_failure(void **state)
 {
-    const int api = (int)(intptr_t)*state;
+    const int api = (int)(intptr_t)*state % AF_KINDS, calls = (int)(intptr_t)*state / AF_KINDS;
     uint64_t rng = 1919;
     static af_state a;
-    a = (af_state){.ctx = MIX_CTX};
-    mix_point(&rng, a.x);
-    a.x[5] = fabs(a.x[5]);
+    a = (af_state){.ctx = MIX_CTX, .f = calls ? calls_mixed : guarded_mix,
+                   .F = calls ? calls_vector : mix_vector};
+    if (calls) {
+        fill_uniform(&rng, a.x, 6, -1.0, 1.0);
+    } else {
+        mix_point(&rng, a.x);
+        a.x[5] = fabs(a.x[5]);
+    }
     fill_uniform(&rng, a.v, 6, -1.0, 1.0);
     fill_uniform(&rng, a.w, 5, -1.0, 1.0);
-    assert_ok(ad_program_record(guarded_mix, &a.ctx, 6, a.x, &a.P));
-    assert_ok(ad_program_record_function(mix_vector, &a.ctx, 6, 5, a.x, &a.V));
-    subject s = {"guarded_mix", guarded_mix, NULL, &a.ctx, 6, 1};
+    assert_ok(ad_program_record(a.f, &a.ctx, 6, a.x, &a.P));
+    assert_ok(ad_program_record_function(a.F, &a.ctx, 6, 5, a.x, &a.V));
+    subject s = {calls ? "calls_mixed" : "guarded_mix", a.f, NULL, &a.ctx, 6, 1};
     a.H0 = structure_at(&s, a.x);
     set_where(af_names[api], a.x, 6);
 
@@ -2791,7 +3286,7 @@ static void test_alloc_failure(void **state)
     if (api == AF_EVALUATE_FIRST || api == AF_EVALUATE_AGAIN) {
         /* evaluate's results are ad_gradient's */
         double fd, gd[6];
-        assert_ok(ad_gradient(guarded_mix, &a.ctx, 6, a.x, &fd, gd));
+        assert_ok(ad_gradient(a.f, &a.ctx, 6, a.x, &fd, gd));
         same_bits(af_names[api], "fx", want.out, &fd, 1);
         same_bits(af_names[api], "grad", want.out + 1, gd, 6);
     }
@@ -2936,12 +3431,521 @@ static void test_pow_constant(void **state)
 }
 
 /* ======================================================================
+ * 18. External functions and checkpointed loops: kept as calls
+ * ====================================================================== */
+
+#define CALL_POINTS 60
+
+static void unit_point(uint64_t *rng, double *x)
+{
+    fill_uniform(rng, x, 6, -1.0, 1.0);
+}
+
+typedef struct call_case {
+    subject s;
+    int jvp, hvp;  /* whether its rules have them */
+} call_case;
+
+static const call_case call_cases[] = {
+    {{"ext_alone", ext_alone, NULL, NULL, 3, 1}, 1, 1},
+    {{"loop_alone", loop_alone, NULL, NULL, 4, 1}, 1, 1},
+    {{"calls_mixed", calls_mixed, NULL, NULL, 6, 1}, 1, 1},
+    {{"calls_vector", NULL, calls_vector, NULL, 6, 5}, 1, 1},
+    {{"guarded_loop", guarded_loop, NULL, NULL, 3, 1}, 1, 1},
+    {{"loop_of_external", loop_of_external, NULL, NULL, 3, 1}, 1, 1},
+    {{"loop_of_loops", loop_of_loops, NULL, NULL, 4, 1}, 1, 1},
+    {{"ext_recording_rule", ext_recording_rule, NULL, NULL, 2, 1}, 1, 1},
+    {{"ext_without_hvp", ext_without_hvp, NULL, NULL, 3, 1}, 1, 0},
+    {{"ext_without_jvp", ext_without_jvp, NULL, NULL, 2, 1}, 0, 0},
+};
+#define N_CALL_CASES (sizeof call_cases / sizeof call_cases[0])
+
+/* What the comparisons would pass vacuously on (both sides NaN, or the
+ * same error) must not happen where the rules are fine: the replays
+ * succeed, with finite numbers, or AD_ENOTSUP exactly where a rule is
+ * missing; and they do not call f. */
+static void replays_succeed(const call_case *c, ad_program *P, const double *x)
+{
+    const subject *s = &c->s;
+    size_t n = s->n, m = s->m;
+    double v[NMAX], w[MMAX], y[MMAX], out[NMAX * MMAX], fx, g[NMAX], hv[NMAX];
+    fill(v, n, 0.5), fill(w, m, -0.75);
+    long calls = call_f_calls;
+    set_where(s->name, x, n);
+    if (s->f) {
+        same_status("ad_program_gradient", ad_program_gradient(P, x, &fx, g), AD_OK);
+        assert_true(isfinite(fx));
+        for (size_t i = 0; i < n; i++)
+            assert_true(isfinite(g[i]));
+        ad_status sh = ad_program_hvp(P, x, v, &fx, g, hv);
+        same_status("ad_program_hvp", sh, c->hvp ? AD_OK : AD_ENOTSUP);
+        for (size_t i = 0; c->hvp && i < n; i++)
+            assert_true(isfinite(hv[i]));
+    }
+    same_status("ad_program_jacobian", ad_program_jacobian(P, x, y, out), AD_OK);
+    for (size_t i = 0; i < n * m; i++)
+        assert_true(isfinite(out[i]));
+    same_status("ad_program_vjp", ad_program_vjp(P, x, w, y, out), AD_OK);
+    ad_status sj = ad_program_jvp(P, x, v, y, out);
+    same_status("ad_program_jvp", sj, c->jvp ? AD_OK : AD_ENOTSUP);
+    if (!c->jvp) {
+        all_nan("ad_program_jvp", "y", y, m);
+        all_nan("ad_program_jvp", "jv", out, m);
+    }
+    assert_int_equal(call_f_calls, calls);
+}
+
+/* Each program of external functions and loops against the drivers on f
+ * at CALL_POINTS points: the same status and bits, from every replay. */
+static void test_calls(void **state)
+{
+    (void)state;
+    uint64_t rng = 2323;
+    for (size_t i = 0; i < N_CALL_CASES; i++) {
+        const call_case *c = &call_cases[i];
+        const subject *s = &c->s;
+        double x0[NMAX], x[NMAX];
+        fill_uniform(&rng, x0, s->n, -1.0, 1.0);
+        if (s->f == guarded_loop)
+            x0[0] = -0.5, x0[2] = 0.25;  /* the first step takes ad_lt's true branch */
+        ad_program *P = record_at(s, x0);
+        ad_csr H0 = {0};
+        if (s->f && c->hvp)
+            H0 = structure_at(s, x0);
+        int other_branch = 0;
+        for (int k = 0; k < CALL_POINTS; k++) {
+            fill_uniform(&rng, x, s->n, -1.0, 1.0);
+            compare_at(s, P, x, H0.row_ptr ? &H0 : NULL, &rng);
+            replays_succeed(c, P, x);
+            if (s->f == guarded_loop && !(x[0] < x[2]))
+                other_branch++;
+            if (s->f) {
+                /* the replay's recording is f's: its records, its blocks,
+                 * its loops' snapshots (the recording's count) */
+                double fx, g[NMAX];
+                ad_tape_stats a, b;
+                assert_ok(ad_gradient(s->f, NULL, s->n, x, &fx, g));
+                assert_ok(ad_tape_stats_get(&a));
+                assert_ok(ad_program_gradient(P, x, &fx, g));
+                assert_ok(ad_tape_stats_get(&b));
+                assert_int_equal(a.records, b.records);
+                assert_int_equal(a.block_bytes, b.block_bytes);
+                assert_int_equal(a.snapshot_bytes, b.snapshot_bytes);
+            }
+        }
+        if (s->f == guarded_loop)
+            assert_true(other_branch > 5);  /* and no AD_EBRANCH there */
+        if (H0.row_ptr)
+            csr_copy_free(&H0);
+        ad_program_free(P);
+    }
+    /* a guard on a call's output: AD_EBRANCH where it flips */
+    subject gs = {"guard_on_call", guard_on_call, NULL, NULL, 2, 1};
+    double g0[2] = {0.5, -0.5};
+    ad_program *G = record_at(&gs, g0);
+    ad_csr GH = structure_at(&gs, g0);
+    int flips = 0;
+    for (int k = 0; k < CALL_POINTS; k++) {
+        double y[2];
+        fill_uniform(&rng, y, 2, -1.0, 1.0);
+        if (y[1] < 0.0) {
+            compare_at(&gs, G, y, &GH, &rng);
+        } else {
+            flips++;
+            expect_branch(&gs, G, y, &GH);
+        }
+    }
+    assert_true(flips > 5);
+    csr_copy_free(&GH);
+    ad_program_free(G);
+
+    /* no jvp rule: AD_ENOTSUP from ad_program_jvp as from ad_jvp */
+    double x[2] = {0.25, -0.5}, v[2] = {1.0, 0.5}, y, jv;
+    ad_program *P = NULL;
+    assert_ok(ad_program_record(ext_without_jvp, NULL, 2, x, &P));
+    scalar_call sc = {ext_without_jvp, NULL};
+    assert_int_equal(ad_jvp(scalar_fn, &sc, 2, x, v, 1, &y, &jv), AD_ENOTSUP);
+    y = jv = SENT_P;
+    assert_int_equal(ad_program_jvp(P, x, v, &y, &jv), AD_ENOTSUP);
+    assert_nan(y);
+    assert_nan(jv);
+    ad_program_free(P);
+}
+
+/* The rules' derivatives are right (the comparisons above are of
+ * derivatives, not of numbers that agree by accident): an external
+ * function alone against its map's closed forms, and a loop of external
+ * functions against central differences of the replayed value. */
+static void test_calls_closed_forms(void **state)
+{
+    (void)state;
+    uint64_t rng = 2424;
+    double x[3], J[6], H[9], v[3], fx, g[3], hv[3];
+    ad_program *P = NULL, *Q = NULL;
+    fill_uniform(&rng, x, 3, -1.0, 1.0);
+    assert_ok(ad_program_record(ext_alone, NULL, 3, x, &P));
+    assert_ok(ad_program_record(loop_of_external, NULL, 3, x, &Q));
+    for (int k = 0; k < 10; k++) {
+        fill_uniform(&rng, x, 3, -1.0, 1.0);
+        fill_uniform(&rng, v, 3, -1.0, 1.0);
+        assert_ok(ad_program_hvp(P, x, v, &fx, g, hv));
+        double y[2];
+        map_eval(MAP_A, x, y);
+        map_jacobian(MAP_A, x, J);
+        map_hessian(MAP_A, x, 1, H);
+        assert_same(fx, y[1]);
+        for (int i = 0; i < 3; i++) {
+            assert_near(g[i], J[3 + i], 1e-15, 1e-15);
+            double h = H[i * 3] * v[0] + H[i * 3 + 1] * v[1] + H[i * 3 + 2] * v[2];
+            assert_near(hv[i], h, 1e-14, 1e-14);
+        }
+        assert_ok(ad_program_gradient(Q, x, &fx, g));
+        for (int i = 0; i < 3; i++) {
+            double xp[3] = {x[0], x[1], x[2]}, up, down, step = 1e-6;
+            xp[i] = x[i] + step;
+            assert_ok(ad_program_value(Q, xp, &up));
+            xp[i] = x[i] - step;
+            assert_ok(ad_program_value(Q, xp, &down));
+            assert_near(g[i], (up - down) / (2 * step), 1e-6, 1e-6);
+        }
+    }
+    ad_program_free(P);
+    ad_program_free(Q);
+}
+
+/* ---- ctx: read by the replay's rules and steps ---- */
+
+static ext_ctx ext_read = EXT_CTX(MAP_G), ext_read_step = EXT_CTX(MAP_D),
+               ext_baked = EXT_CTX(MAP_C);
+static step_ctx steps_read = {0.1, &ext_read_step, INFINITY};
+
+typedef struct rule_pick {
+    const ad_rule *rule;
+} rule_pick;
+
+/* An external function of the rule ctx picks, and a loop of external
+ * functions: all their ctx (ext_read, steps_read, ext_read_step) is read
+ * by a replay. */
+static ad_real ctx_calls(const ad_real *x, size_t n, void *ctx)
+{
+    const rule_pick *r = ctx;
+    ad_real g, s[2];
+    (void)n;
+    ad_external(r->rule, &ext_read, 3, x, 1, &g);
+    ad_real s0[2] = {g, x[1]};
+    ad_checkpointed_loop(step_external, &steps_read, 4, 0, 2, s0, 1, x + 2, s);
+    return ad_add(ad_mul(s[0], x[0]), s[1]);
+}
+
+/* An external function of constants alone: not recorded (its primal
+ * runs, its outputs are constants), so not a call the program keeps; its
+ * numbers are constants of the program, as everything f computes from
+ * constants. */
+static ad_real baked_call(const ad_real *x, size_t n, void *ctx)
+{
+    ad_real k = ad_const(0.5), c[3];
+    (void)n, (void)ctx;
+    ad_external(&ext_full, &ext_baked, 1, &k, 3, c);
+    return ad_add(ad_mul(x[0], c[1]), c[2]);
+}
+
+static void test_calls_ctx_read(void **state)
+{
+    (void)state;
+    uint64_t rng = 2525;
+    rule_pick pick = {&ext_full}, old_pick = {&ext_full};
+    subject s = {"ctx_calls", ctx_calls, NULL, &pick, 3, 1};
+    double x0[3] = {0.25, -0.5, 0.75}, x[3], xs[CALL_POINTS][3], before[CALL_POINTS], after;
+    ad_program *P = record_at(&s, x0);
+    for (int k = 0; k < CALL_POINTS; k++) {
+        fill_uniform(&rng, xs[k], 3, -1.0, 1.0);
+        assert_ok(ad_program_value(P, xs[k], &before[k]));
+    }
+    /* ctx changed after the recording: the replay reads it, and gives
+     * what f gives with the new numbers */
+    ext_read.scale = 2.5;
+    ext_read_step.scale = 0.75;
+    steps_read.h = 0.05;
+    ad_csr H0 = structure_at(&s, x0);
+    int differ = 0;
+    for (int k = 0; k < CALL_POINTS; k++) {
+        compare_at(&s, P, xs[k], &H0, &rng);
+        assert_ok(ad_program_value(P, xs[k], &after));
+        differ += !same_number(after, before[k]);
+    }
+    assert_int_equal(differ, CALL_POINTS);
+    /* the rule is the one f passed at the recording (ad_external copies
+     * it): f that now picks one without hvp differs, the replay not */
+    pick.rule = &ext_no_hvp;
+    subject so = {"ctx_calls (the recording's rule)", ctx_calls, NULL, &old_pick, 3, 1};
+    double v[3] = {1.0, -0.5, 0.25}, fx, g[3], hv[3];
+    assert_int_equal(ad_hvp(ctx_calls, &pick, 3, x0, v, &fx, g, hv), AD_ENOTSUP);
+    assert_ok(ad_program_hvp(P, x0, v, &fx, g, hv));
+    for (int k = 0; k < 10; k++) {
+        fill_uniform(&rng, x, 3, -1.0, 1.0);
+        compare_at(&so, P, x, &H0, &rng);
+    }
+    csr_copy_free(&H0);
+    ext_read.scale = ext_read_step.scale = 1.0;
+    steps_read.h = 0.1;
+    ad_program_free(P);
+
+    /* an external function of constants: kept as its numbers, its ctx
+     * not read again */
+    subject b = {"baked_call", baked_call, NULL, NULL, 1, 1};
+    P = record_at(&b, x0);
+    long primals = atomic_load(&ext_baked.primals);
+    double y = 0.75, fb, fr;
+    ext_baked.scale = 3.0;
+    assert_ok(ad_program_value(P, &y, &fb));
+    assert_ok(ad_program_gradient(P, &y, &fr, g));
+    assert_int_equal(atomic_load(&ext_baked.primals), primals);
+    plain_values(&b, &y, &fr);
+    assert_true(!same_number(fb, fr));  /* f with the new ctx */
+    ext_baked.scale = 1.0;
+    plain_values(&b, &y, &fr);
+    assert_same(fb, fr);  /* f with the recording's */
+    ad_program_free(P);
+}
+
+/* ---- errors met by a replay's calls ---- */
+
+static ext_ctx ext_nan = {MAP_E, 1.0, 0.0, INFINITY, 0},
+               ext_nan_vjp = {MAP_E, 1.0, INFINITY, 0.0, 0}, ext_bad = EXT_CTX(MAP_D);
+static step_ctx steps_bad = {0.1, &ext_bad, 0.0};
+
+/* An external function of ctx (an ext_ctx), among operations. */
+static ad_real ext_of_ctx(const ad_real *x, size_t n, void *ctx)
+{
+    ad_real e;
+    (void)n;
+    ad_external(&ext_full, ctx, 2, x, 1, &e);
+    return ad_add(ad_mul(e, x[1]), ad_sin(x[0]));
+}
+
+/* A loop of step_bad: an invalid ad_external in a step where the state's
+ * first element is above 0. */
+static ad_real bad_loop(const ad_real *x, size_t n, void *ctx)
+{
+    ad_real s[2];
+    (void)n, (void)ctx;
+    ad_checkpointed_loop(step_bad, &steps_bad, 4, 2, 2, x, 1, x + 2, s);
+    return ad_mul(s[0], ad_add(s[1], 1.0));
+}
+
+/* Where a replay's rule or step fails, every replay fails as the driver
+ * on f does: the same status, NaN results; and the program stays good
+ * for other points.  A rule writing NaN (outputs or cotangents: an error
+ * with AD_CHECK_FINITE, NaN numbers without), a step meeting an invalid
+ * call, and the tape limit at every count. */
+static void test_calls_failing(void **state)
+{
+    (void)state;
+    uint64_t rng = 2626;
+    double x0[3] = {-0.5, 0.25, -0.25}, x[3], fx, g[3];
+    subject s[2] = {{"NaN outputs", ext_of_ctx, NULL, &ext_nan, 2, 1},
+                    {"NaN cotangents", ext_of_ctx, NULL, &ext_nan_vjp, 2, 1}};
+    for (int i = 0; i < 2; i++) {
+        ad_program *P = record_at(&s[i], x0);
+        ad_csr H0 = structure_at(&s[i], x0);
+        for (int checks = 0; checks < 2; checks++) {
+            ad_set_checks(checks ? AD_CHECK_FINITE : 0);
+            int failed = 0;
+            for (int k = 0; k < CALL_POINTS; k++) {
+                fill_uniform(&rng, x, 2, -1.0, 1.0);
+                compare_at(&s[i], P, x, &H0, &rng);
+                ad_status st = ad_program_gradient(P, x, &fx, g);
+                if (x[0] > 0.0) {
+                    failed++;
+                    same_status("ad_program_gradient", st, checks ? AD_ENONFINITE : AD_OK);
+                    if (checks) {
+                        assert_nan(fx);
+                        all_nan("ad_program_gradient", "grad", g, 2);
+                    } else if (i == 0) {
+                        assert_nan(fx);  /* the vjp's cotangents are finite */
+                    } else {
+                        assert_nan(g[0]);
+                    }
+                } else {
+                    same_status("ad_program_gradient", st, AD_OK);
+                    assert_true(isfinite(fx) && isfinite(g[0]) && isfinite(g[1]));
+                }
+            }
+            assert_true(failed > 5);
+        }
+        ad_set_checks(0);
+        csr_copy_free(&H0);
+        ad_program_free(P);
+    }
+
+    /* a step's invalid call, met at the replay only */
+    subject b = {"bad_loop", bad_loop, NULL, NULL, 3, 1};
+    double xb[3] = {-0.8, 0.1, -0.2};
+    ad_program *P = record_at(&b, xb);
+    int failed = 0;
+    for (int k = 0; k < CALL_POINTS; k++) {
+        fill_uniform(&rng, x, 3, -1.0, 1.0);
+        compare_at(&b, P, x, NULL, &rng);
+        fx = SENT_P, fill(g, 3, SENT_P);
+        ad_status st = ad_program_gradient(P, x, &fx, g);
+        if (x[0] > 0.0) {
+            failed++;
+            same_status("ad_program_gradient", st, AD_EINVAL);
+            assert_nan(fx);
+            all_nan("ad_program_gradient", "grad", g, 3);
+        }
+    }
+    assert_true(failed > 5);
+    compare_at(&b, P, xb, NULL, &rng);
+    same_status("ad_program_gradient", ad_program_gradient(P, xb, &fx, g), AD_OK);
+    ad_program_free(P);
+
+    /* the tape limit at every count up to the replays' needs: the replay
+     * stops where f's recording stops (its calls' blocks, the steps'
+     * tapes) */
+    subject m = {"calls_mixed (tape limit)", calls_mixed, NULL, NULL, 6, 1};
+    subject V = {"calls_vector (tape limit)", NULL, calls_vector, NULL, 6, 5};
+    double y0[6];
+    unit_point(&rng, y0);
+    ad_program *M = record_at(&m, y0), *Q = record_at(&V, y0);
+    ad_set_tape_limit(5);
+    ad_program *R = (ad_program *)y0;
+    assert_int_equal(ad_program_record(calls_mixed, NULL, 6, y0, &R), AD_ERANGE);
+    assert_null(R);
+    int limited = 0;
+    for (size_t lim = 1; lim < 2000; lim++) {
+        double y[6], fd, gd[6], hd[6], jd[30], yd[5];
+        unit_point(&rng, y);
+        ad_set_tape_limit(lim);
+        compare_at(&m, M, y, NULL, &rng);
+        compare_at(&V, Q, y, NULL, &rng);
+        /* until the drivers on f no longer meet the limit */
+        scalar_call sc = {calls_mixed, NULL};
+        ad_status st[3] = {ad_hvp(calls_mixed, NULL, 6, y, y0, &fd, gd, hd),
+                           ad_jacobian(calls_vector, NULL, 6, y, 5, yd, jd),
+                           ad_jacobian(scalar_fn, &sc, 6, y, 1, yd, jd)};
+        if (st[0] == AD_OK && st[1] == AD_OK && st[2] == AD_OK)
+            break;
+        for (int i = 0; i < 3; i++)
+            assert_true(st[i] == AD_OK || st[i] == AD_ERANGE);
+        limited++;
+    }
+    assert_true(limited > 20);
+    ad_set_tape_limit(0);
+    ad_program_free(M);
+    ad_program_free(Q);
+}
+
+/* ---- threads ---- */
+
+/* Eight threads replaying programs of external functions and loops (whose
+ * rules and steps are safe to run on several threads at once): the bits
+ * of the main thread's replays, which are the drivers'. */
+static void test_calls_threads(void **state)
+{
+    (void)state;
+    uint64_t rng = 2727;
+    subject s = {"calls_mixed", calls_mixed, NULL, NULL, 6, 1};
+    subject V = {"calls_vector", NULL, calls_vector, NULL, 6, 5};
+    double x0[6];
+    unit_point(&rng, x0);
+    ad_program *P = record_at(&s, x0), *Q = record_at(&V, x0);
+    thread_refs_at(&s, &V, P, Q, unit_point, &rng);
+    long calls = call_f_calls, primals = atomic_load(&ext_A.primals);
+    threads_replay(P, Q, 20);
+    assert_int_equal(call_f_calls, calls);
+    /* each replay's recording calls each primal once */
+    assert_true(atomic_load(&ext_A.primals) - primals >= REPLAY_THREADS * 20 * THREAD_POINTS);
+    ad_program_free(P);
+    ad_program_free(Q);
+}
+
+/* ---- inside recordings ---- */
+
+typedef struct calls_nest {
+    ad_program *P;
+    double X0[6], X1[6];
+    ad_status st[4];
+    double fx, g[6], hv[6];
+} calls_nest;
+
+/* Records calls_mixed as a program (the first time), replays it at X1,
+ * and uses the numbers as constants. */
+static ad_real calls_outer(const ad_real *x, size_t n, void *ctx)
+{
+    calls_nest *c = ctx;
+    double hf, hg[6], v[6] = {1, 0, 0, 0, 0, 0};
+    (void)n;
+    if (!c->P)
+        c->st[0] = ad_program_record(calls_mixed, NULL, 6, c->X0, &c->P);
+    c->st[1] = ad_program_gradient(c->P, c->X1, &c->fx, c->g);
+    c->st[2] = ad_program_hvp(c->P, c->X1, v, &hf, hg, c->hv);
+    c->st[3] = ad_program_value(c->P, c->X1, &hf);
+    return ad_add(ad_mul(x[0], c->fx), ad_mul(ad_mul(x[1], x[0]), c->g[0] + c->hv[0]));
+}
+
+static void check_calls_nest(const calls_nest *c, const double *x, double fx, const double *g)
+{
+    double f1, g1[6], hf, hg[6], hv[6], v[6] = {1, 0, 0, 0, 0, 0};
+    for (int i = 0; i < 4; i++)
+        assert_ok(c->st[i]);
+    assert_ok(ad_gradient(calls_mixed, NULL, 6, c->X1, &f1, g1));
+    assert_ok(ad_hvp(calls_mixed, NULL, 6, c->X1, v, &hf, hg, hv));
+    assert_same(c->fx, f1);
+    assert_same(c->g[0], g1[0]);
+    assert_same(c->hv[0], hv[0]);
+    double k = g1[0] + hv[0];
+    assert_same(fx, x[0] * f1 + (x[1] * x[0]) * k);
+    assert_same(g[0], f1 + x[1] * k);
+    assert_same(g[1], x[0] * k);
+}
+
+static void test_calls_inside_recordings(void **state)
+{
+    (void)state;
+    uint64_t rng = 2828;
+    calls_nest c = {0};
+    unit_point(&rng, c.X0);
+    unit_point(&rng, c.X1);
+    double x[2] = {0.5, -1.5}, fx, g[2];
+    /* recorded and replayed while ad_gradient records calls_outer */
+    assert_ok(ad_gradient(calls_outer, &c, 2, x, &fx, g));
+    assert_non_null(c.P);
+    check_calls_nest(&c, x, fx, g);
+    subject s = {"calls_mixed (recorded inside)", calls_mixed, NULL, NULL, 6, 1};
+    for (int k = 0; k < 5; k++) {
+        double y[6];
+        unit_point(&rng, y);
+        compare_at(&s, c.P, y, NULL, &rng);
+    }
+    /* replayed inside an objective recorded as a program, and that one
+     * replayed */
+    ad_program *Q = NULL;
+    assert_ok(ad_program_record(calls_outer, &c, 2, x, &Q));
+    subject o = {"calls_outer", calls_outer, NULL, &c, 2, 1};
+    for (int k = 0; k < 5; k++) {
+        double y[2], fq, gq[2];
+        fill_uniform(&rng, y, 2, -2.0, 2.0);
+        assert_ok(ad_program_gradient(Q, y, &fq, gq));
+        check_calls_nest(&c, y, fq, gq);
+        compare_at(&o, Q, y, NULL, &rng);
+    }
+    ad_program_free(Q);
+    ad_program_free(c.P);
+}
+
+/* ======================================================================
  * main
  * ====================================================================== */
 
 #define AF_TEST(api) \
     {.name = "allocation failure: " #api, .test_func = test_alloc_failure, \
      .teardown_func = reset_settings, .initial_state = (void *)(intptr_t)api}
+
+#define AF_CALLS_TEST(api) \
+    {.name = "allocation failure, external functions and loops: " #api, \
+     .test_func = test_alloc_failure, .teardown_func = reset_settings, \
+     .initial_state = (void *)(intptr_t)(AF_KINDS + api)}
 
 #define POW_TEST(i) \
     {.name = pow_cases[i].name, .test_func = test_pow_constant, \
@@ -2979,6 +3983,12 @@ int main(void)
         cmocka_unit_test(test_foreign),
         cmocka_unit_test_teardown(test_tape_limit, reset_settings),
         cmocka_unit_test_teardown(test_checks, reset_settings),
+        cmocka_unit_test(test_calls),
+        cmocka_unit_test(test_calls_closed_forms),
+        cmocka_unit_test_teardown(test_calls_ctx_read, reset_settings),
+        cmocka_unit_test_teardown(test_calls_failing, reset_settings),
+        cmocka_unit_test(test_calls_threads),
+        cmocka_unit_test(test_calls_inside_recordings),
         AF_TEST(AF_RECORD),
         AF_TEST(AF_RECORD_FUNCTION),
         AF_TEST(AF_VALUE),
@@ -2992,6 +4002,19 @@ int main(void)
         AF_TEST(AF_SPARSE_HESSIAN_VALUES),
         AF_TEST(AF_EVALUATE_FIRST),
         AF_TEST(AF_EVALUATE_AGAIN),
+        AF_CALLS_TEST(AF_RECORD),
+        AF_CALLS_TEST(AF_RECORD_FUNCTION),
+        AF_CALLS_TEST(AF_VALUE),
+        AF_CALLS_TEST(AF_GRADIENT),
+        AF_CALLS_TEST(AF_HVP),
+        AF_CALLS_TEST(AF_JACOBIAN),
+        AF_CALLS_TEST(AF_JVP),
+        AF_CALLS_TEST(AF_VJP),
+        AF_CALLS_TEST(AF_SPARSE_JACOBIAN),
+        AF_CALLS_TEST(AF_SPARSE_HESSIAN),
+        AF_CALLS_TEST(AF_SPARSE_HESSIAN_VALUES),
+        AF_CALLS_TEST(AF_EVALUATE_FIRST),
+        AF_CALLS_TEST(AF_EVALUATE_AGAIN),
         POW_TEST(0), POW_TEST(1), POW_TEST(2), POW_TEST(3), POW_TEST(4), POW_TEST(5),
         POW_TEST(6), POW_TEST(7), POW_TEST(8),
     };

@@ -237,16 +237,38 @@ static inline double ad__select_weight(double a, double b, int a_wins)
     return a == b ? 0.5 : (double)a_wins;
 }
 
+/* fmin and fmax with their ties decided here: -0 is the smaller zero.
+ * libm leaves the sign of fmin(-0, +0) open, and a compiler may swap the
+ * operands of its builtin, so the same call could give either zero in two
+ * files (a recorded program's replay is in another file than f). */
+static inline double ad__fmin(double a, double b)
+{
+    if (a < b || b != b)
+        return a;
+    if (b < a || a != a)
+        return b;
+    return signbit(a) ? a : b;
+}
+
+static inline double ad__fmax(double a, double b)
+{
+    if (a > b || b != b)
+        return a;
+    if (b > a || a != a)
+        return b;
+    return signbit(a) ? b : a;
+}
+
 static inline ad_real ad_fmin_rr(ad_real a, ad_real b)
 {
     double w = ad__select_weight(a.v, b.v, a.v < b.v);
-    return ad__rec2(fmin(a.v, b.v), a, w, b, 1.0 - w, AD__OP_FMIN);
+    return ad__rec2(ad__fmin(a.v, b.v), a, w, b, 1.0 - w, AD__OP_FMIN);
 }
 
 static inline ad_real ad_fmax_rr(ad_real a, ad_real b)
 {
     double w = ad__select_weight(a.v, b.v, a.v > b.v);
-    return ad__rec2(fmax(a.v, b.v), a, w, b, 1.0 - w, AD__OP_FMAX);
+    return ad__rec2(ad__fmax(a.v, b.v), a, w, b, 1.0 - w, AD__OP_FMAX);
 }
 
 /* Conditional expressions whose structure does not move with x: the value
@@ -327,8 +349,8 @@ AD__MIXED(mul, a * b)
 AD__MIXED(div, a / b)
 AD__MIXED(atan2, atan2(a, b))
 AD__MIXED(hypot, hypot(a, b))
-AD__MIXED(fmin, fmin(a, b))
-AD__MIXED(fmax, fmax(a, b))
+AD__MIXED(fmin, ad__fmin(a, b))
+AD__MIXED(fmax, ad__fmax(a, b))
 static inline double ad_pow_dd(double a, double b) { return ad__pow(a, b); }
 
 /* ---- unary operations ---- */

@@ -198,8 +198,6 @@ ad_status ad_external(const ad_rule *rule, void *ctx, size_t n, const ad_real *x
     if (at == SIZE_MAX || (rule->hvp && !ad_block_reserve(t, 2 * m + 3 * n)))
         return fail(AD_ENOMEM, m, y);  /* ext_second's work */
     int listing = ad_listing_of(t) != NULL;
-    if (listing)
-        ad_listing_expect(t, 0, ad_const(0.0), ad_const(0.0));
     external *e = (external *)ad_block_at(t, at);
     e->base.kind = kind_of(rule);
     e->base.ids = sizeof(external) + (n + m) * sizeof(double);
@@ -214,6 +212,8 @@ ad_status ad_external(const ad_rule *rule, void *ctx, size_t n, const ad_real *x
         ids[i] = x[i].id;
     }
     rule->primal(ctx, n, xv, m, xv + n);
+    if (listing)  /* after the primal, whose own primitives announce theirs */
+        ad_listing_expect(t, 0, ad_const(0.0), ad_const(0.0));
     uint32_t first = ad_block_record(t, at);
     if (!first)
         return fail(t->status, m, y);

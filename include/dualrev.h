@@ -381,7 +381,8 @@ typedef struct ad_program ad_program;
 /* Records f at x as a program; *P is NULL on error.  External functions
  * (ad_external) and checkpointed loops are kept as calls: a replay calls
  * them again, so their rules (steps) run again with the ctx they were
- * given, which must stay valid while P is replayed.  AD_ENOTSUP if f uses
+ * given, which must stay valid while P is replayed (one whose inputs are
+ * all constants is kept as its constant outputs).  AD_ENOTSUP if f uses
  * what a program cannot keep: a product of dualrev/matrix.h (ad_mat_vec,
  * ad_mat_sqnorm) with an active result, a nested derivative
  * (ad_gradient_r, ad_jvp_r) of active values, or a value that changed

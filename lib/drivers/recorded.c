@@ -101,41 +101,36 @@ static ad_status keep(const ad_tape *t, const ad_listing *L, size_t n, size_t m,
     return AD_OK;
 }
 
-ad_status ad_program_record_function(ad_function f, void *ctx, size_t n, size_t m,
-                                     const double *x, ad_program **P)
+/* The thread's tape, its listing emptied, for a program's recording. */
+static ad_status listing_begin(ad_program **P, int f_ok, size_t n, const double *x, ad_tape **t)
 {
     if (!P)
         return AD_EINVAL;
     *P = NULL;
-    if (!f || (n && !x))
+    if (!f_ok || (n && !x))
         return AD_EINVAL;
-    ad_tape *t = ad_thread_tape();
-    if (!t)
+    if (!(*t = ad_thread_tape()))
         return AD_ENESTING;
-    if (!ad_listing_reset(t))
-        return AD_ENOMEM;
-    ad_status s = ad_record(t, f, ctx, n, x, m, AD_RECORD_LISTING);
-    if (s != AD_OK)
-        return s;
-    return keep(t, ad_listing_of(t), n, m, P);
+    return ad_listing_reset(*t) ? AD_OK : AD_ENOMEM;
 }
 
-typedef struct scalar {
-    ad_objective f;
-    void *ctx;
-} scalar;
-
-static void as_function(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
+ad_status ad_program_record_function(ad_function f, void *ctx, size_t n, size_t m,
+                                     const double *x, ad_program **P)
 {
-    const scalar *s = ctx;
-    (void)m;
-    y[0] = s->f(x, n, s->ctx);
+    ad_tape *t;
+    ad_status s = listing_begin(P, f != NULL, n, x, &t);
+    if (s == AD_OK)
+        s = ad_record(t, f, ctx, n, x, m, AD_RECORD_LISTING);
+    return s == AD_OK ? keep(t, ad_listing_of(t), n, m, P) : s;
 }
 
 ad_status ad_program_record(ad_objective f, void *ctx, size_t n, const double *x, ad_program **P)
 {
-    scalar call = {f, ctx};
-    return ad_program_record_function(f ? as_function : NULL, &call, n, 1, x, P);
+    ad_tape *t;
+    ad_status s = listing_begin(P, f != NULL, n, x, &t);
+    if (s == AD_OK)
+        s = ad_record_objective(t, f, ctx, n, x, AD_RECORD_LISTING);
+    return s == AD_OK ? keep(t, ad_listing_of(t), n, 1, P) : s;
 }
 
 ad_status ad_program_stats_get(const ad_program *P, ad_program_stats *out)

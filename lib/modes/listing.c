@@ -1,6 +1,6 @@
 /* dualrev: the listing mode.  Each record of the recording is kept as an
  * operation (listing.h) with its arguments' IDs and its constants, so
- * that a program (drivers/program.c) can run it again at other points.
+ * that a program (drivers/recorded.c) can run it again at other points.
  * A record only says what it computed if every value it saw is the value
  * its argument's record made: each is checked against the values kept in
  * the mode's side entries, and a value that changed on the way (a value

@@ -114,6 +114,12 @@ AD_API ad_status ad_gradient(ad_objective f, void *ctx, size_t n, const double *
 
 AD_API const char *ad_strerror(ad_status s);
 
+/* f(x) alone, no derivative: f run on constants, nothing recorded (inside
+ * a recording too).  AD_EINVAL (f or fx NULL, x NULL with n > 0),
+ * AD_ENOMEM, AD_EFOREIGN (f returned a value of a recording); *fx is then
+ * NaN.  ad_evaluate_function: the same for m outputs. */
+AD_API ad_status ad_evaluate(ad_objective f, void *ctx, size_t n, const double *x, double *fx);
+
 static inline ad_real ad_const(double c)
 {
     ad_real r = {c, 0, 0};
@@ -182,6 +188,9 @@ typedef void (*ad_function)(const ad_real *x, size_t n, ad_real *y, size_t m, vo
  * f calls an external function without a jvp rule). */
 AD_API ad_status ad_jvp(ad_function f, void *ctx, size_t n, const double *x, const double *v,
                         size_t m, double *y, double *jv);
+/* y = f(x) alone (ad_evaluate, above). */
+AD_API ad_status ad_evaluate_function(ad_function f, void *ctx, size_t n, const double *x, size_t m,
+                                      double *y);
 
 /* ad_jvp inside a recording: y = f(x) and jv = J v as values of the
  * enclosing recording, x and v both differentiable (ad_gradient_r, above,

@@ -568,16 +568,5 @@ ad_status ad_program_evaluate(ad_program **P, ad_objective f, void *ctx, size_t 
         ad_fill_nan(grad, n);
         return s;
     }
-    if (grad)
-        return ad_gradient(f, ctx, n, x, fx, grad);
-    ad_real *xs = n ? ad_alloc(n * sizeof *xs) : NULL;
-    if (n && !xs) {
-        *fx = NAN;
-        return AD_ENOMEM;
-    }
-    for (size_t i = 0; i < n; i++)
-        xs[i] = ad_const(x[i]);
-    *fx = ad_value(f(xs, n, ctx));
-    ad_free(xs);
-    return AD_OK;
+    return grad ? ad_gradient(f, ctx, n, x, fx, grad) : ad_evaluate(f, ctx, n, x, fx);
 }

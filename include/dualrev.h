@@ -468,6 +468,8 @@ typedef struct ad_tape_stats {
                               (part of block_bytes) */
     size_t step_bytes;     /* the largest tape (records and side tables) one step of a
                               checkpointed loop has taken when replayed, since that recording */
+    size_t used_bytes;     /* bytes the last recording's records use: records x record_bytes
+                              (of tape_bytes) */
 } ad_tape_stats;
 
 AD_API ad_status ad_tape_stats_get(ad_tape_stats *out);

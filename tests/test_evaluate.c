@@ -66,6 +66,9 @@ static void test_records_nothing(void **state)
     assert_int_equal(ad_evaluate(f_ad, NULL, 3, x, &fx), AD_OK);
     assert_int_equal(ad_tape_stats_get(&after), AD_OK);
     assert_int_equal(before.records, after.records);
+    /* the bytes in use: 24 a record, within what is reserved */
+    assert_int_equal(after.used_bytes, after.records * 24);
+    assert_true(after.records > 0 && after.used_bytes <= after.tape_bytes);
 }
 
 /* Inside a recording the value is a constant of it. */

@@ -393,6 +393,7 @@ ad_status ad_tape_stats_get(ad_tape_stats *out)
         out->records = (size_t)(t->cursor.next - t->first);
     }
     out->record_bytes = sizeof(ad__record);
+    out->used_bytes = out->records * sizeof(ad__record);
     out->tape_bytes = t->nchunks * AD_CHUNK * sizeof(ad__record);
     out->adjoint_bytes = t->adj_cap * sizeof(double);
     out->block_bytes = t->first ? t->blocks_len : 0;

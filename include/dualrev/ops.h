@@ -98,11 +98,6 @@ static inline ad_real ad_div_rr(ad_real a, ad_real b)
     return ad__rec2(q, a, rb, b, wb, AD__OP_DIV);
 }
 
-/* convention: d/da = 0 when b == 0 (a^0 is 1 for every a, 0^0 included);
- * d/db = 0 when a == 0 (0^b is constant in b wherever it is finite).
- * a^(b-1) overflows for tiny a where b a^(b-1), |b| < 1, need not (d/da
- * a^0.001 at 1e-310 is 4.9e306): there, 0 < a < 1, it is (b v) / a, v =
- * a^b, which is then a normal number. */
 /* pow, with the exponents a compiler replaces by exact operations where
  * it sees them (x * x for 2, 1 / x for -1), which pow() need not round
  * alike, taken so at run time too: the same bits whether the exponent is
@@ -113,6 +108,11 @@ static inline double ad__pow(double a, double b)
     return b == 2.0 ? a * a : b == -1.0 ? 1.0 / a : pow(a, b);
 }
 
+/* convention: d/da = 0 when b == 0 (a^0 is 1 for every a, 0^0 included);
+ * d/db = 0 when a == 0 (0^b is constant in b wherever it is finite).
+ * a^(b-1) overflows for tiny a where b a^(b-1), |b| < 1, need not (d/da
+ * a^0.001 at 1e-310 is 4.9e306): there, 0 < a < 1, it is (b v) / a, v =
+ * a^b, which is then a normal number. */
 static inline double ad__pow_da(double a, double b, double v)
 {
     if (b == 0.0)

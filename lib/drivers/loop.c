@@ -684,7 +684,7 @@ ad_status ad_checkpointed_loop(ad_step_fn step, void *ctx, size_t steps, size_t 
     if (s != AD_OK)
         return fail(s, n, stateN);
     if (listing)
-        ad_listing_expect(t, 0, ad_const(0.0), ad_const(0.0));
+        ad_listing_expect(t);
     uint32_t first = ad_block_record(t, at);
     if (!first)
         return fail(t->status, n, stateN);

@@ -56,11 +56,16 @@ static int same(double x, double y)
     return memcmp(&x, &y, sizeof x) == 0 || (x != x && y != y);
 }
 
+int ad_listing_made(const ad_tape *t, uint32_t id, double x)
+{
+    return !id || id >= t->cursor.next || same(x, value_of(t, id));
+}
+
 /* Whether an argument seen with value x is what its record made; fails
  * the recording if not. */
 static int seen(ad_tape *t, uint32_t id, double x)
 {
-    if (!id || id >= t->cursor.next || same(x, value_of(t, id)))
+    if (ad_listing_made(t, id, x))
         return 1;
     ad_tape_fail(t, AD_ENOTSUP);
     return 0;
@@ -185,7 +190,14 @@ static uint32_t take(ad_tape *t, int i, uint32_t a, double wa, uint32_t b, doubl
     return ok ? ad_tape_pass(t, i, a, wa, b, wb, op, x, y, v) : 0;
 }
 
-void ad_listing_expect(ad_tape *t, int cmp, ad_real l, ad_real r)
+void ad_listing_expect(ad_tape *t)
+{
+    ad_listing *L = ad_listing_of(t);
+    if (L)
+        L->expect = 1;
+}
+
+void ad_listing_expect_selection(ad_tape *t, int cmp, ad_real l, ad_real r)
 {
     ad_listing *L = ad_listing_of(t);
     if (!L)

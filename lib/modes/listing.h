@@ -79,12 +79,19 @@ AD_HIDDEN extern const ad_mode ad_listing_mode;
 AD_HIDDEN ad_listing *ad_listing_reset(ad_tape *t);
 AD_HIDDEN ad_listing *ad_listing_of(ad_tape *t);
 
+/* Whether x, seen as the value of record (or input) id of t's listing
+ * recording, is the value that record made (a constant or an ID the
+ * recording has not made: nothing to check). */
+AD_HIDDEN int ad_listing_made(const ad_tape *t, uint32_t id, double x);
+
 /* The announcements of the operations whose record alone does not say
- * what they computed: an n-ary record (or a selection) is announced
- * before it is made; then, with its result's ID (0: none was made),
+ * what they computed: an n-ary record or a block is announced before it
+ * is made (a selection with its comparison's operands, which the hook
+ * keeps with the record); then, with its result's ID (0: none was made),
  * ad_listing_nary keeps its elements.  A guard is kept whole.  Each fails
  * the recording on a foreign or inconsistent operand. */
-AD_HIDDEN void ad_listing_expect(ad_tape *t, int cmp, ad_real l, ad_real r);
+AD_HIDDEN void ad_listing_expect(ad_tape *t);
+AD_HIDDEN void ad_listing_expect_selection(ad_tape *t, int cmp, ad_real l, ad_real r);
 AD_HIDDEN void ad_listing_nary(ad_tape *t, uint32_t id, int which, size_t n, const ad_real *x,
                                const ad_real *y, const double *c);
 AD_HIDDEN void ad_listing_guard(ad_tape *t, int cmp, ad_real a, ad_real b, int outcome);

@@ -16,7 +16,7 @@ ad_real ad__select_listed(int cmp, ad_real l, ad_real r, ad_real t, ad_real f)
     ad_tape *tp = ad_recording();
     if (!tp || !ad_listing_of(tp) || (!l.id && !r.id && !t.id && !f.id))
         return ad__select(c, t, f);
-    ad_listing_expect(tp, cmp, l, r);
+    ad_listing_expect_selection(tp, cmp, l, r);
     if (t.id || f.id)
         return ad__select(c, t, f);
     ad__cursor *cur = &tp->cursor;
@@ -40,7 +40,7 @@ ad_real ad__nary_listed(int which, size_t n, uintptr_t xa, uintptr_t ya, uintptr
     if (which == AD__LIST_DOT && x == y)
         which = AD__LIST_SQNORM;
     if (t)
-        ad_listing_expect(t, 0, ad_const(0.0), ad_const(0.0));
+        ad_listing_expect(t);
     ad_real r;
     switch (which) {
     case AD__LIST_DOT: r = ad__dot_r(n, x, y); break;

@@ -73,8 +73,7 @@ static void program_values(ad_tape *t, uint32_t id, size_t n, const ad_real *x, 
 static uint32_t record(ad_tape *t, size_t n, const ad_real *x, const double *w, int kind,
                        double v)
 {
-    if (ad_listing_of(t))
-        ad_listing_expect(t, 0, ad_const(0.0), ad_const(0.0));
+    ad_listing_expect(t);
     ad__slots s = ad__slots_begin();
     size_t i = 0, k = SIZE_MAX;  /* k: an active element waiting for its pair */
     double consts = 1.0;

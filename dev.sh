@@ -4,9 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-BASE_PKGS="gcc libc6-dev pkg-config meson ninja-build libcmocka-dev uthash-dev liblbfgs-dev libgsl-dev libnlopt-dev coinor-libipopt-dev libopenmpi-dev openmpi-bin"
-# The consumer tests (tests/consumers) also build with CMake and C++.
-TEST_PKGS="$BASE_PKGS g++ cmake"
+BASE_PKGS="gcc libc6-dev pkg-config meson ninja-build libcmocka-dev uthash-dev liblbfgs-dev libgsl-dev libnlopt-dev coinor-libipopt-dev libsuitesparse-dev libopenmpi-dev openmpi-bin"
+# The consumer tests (tests/consumers) also build with CMake and C++; the
+# Eigen test and example (dualrev/eigen.hpp) need Eigen, header-only.
+TEST_PKGS="$BASE_PKGS g++ cmake libeigen3-dev"
 
 need() {
     local missing=()
@@ -24,7 +25,7 @@ need() {
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-configure() {  # configure DIR [meson options...]
+setup() {  # setup DIR [meson options...]
     local dir=$1; shift
     if [ -f "$dir/build.ninja" ]; then
         # meson 1.0's `setup --reconfigure` drops the -D options; `configure`
@@ -33,7 +34,11 @@ configure() {  # configure DIR [meson options...]
     else
         meson setup "$dir" "$@" >/dev/null
     fi
-    ninja -C "$dir"
+}
+
+configure() {  # configure DIR [meson options...]: set up, then build everything
+    setup "$@"
+    ninja -C "$1"
 }
 
 expect_option() {  # expect_option DIR NAME VALUE: the build really has it
@@ -50,7 +55,8 @@ expect_option() {  # expect_option DIR NAME VALUE: the build really has it
 case "${1:-}" in
 example)
     need $BASE_PKGS
-    configure build
+    setup build
+    ninja -C build examples/lbfgs_logistic  # only what it runs
     ./build/examples/lbfgs_logistic
     ;;
 test)

@@ -505,7 +505,8 @@ static int measure_set(const options *o, const char *name, const char *dir, resu
             failed++;
         }
     }
-    ad_release();  /* the tape's memory goes back before ADOL-C takes its own */
+    if (ad_release() != AD_OK)  /* the tape's memory goes back before ADOL-C takes its own */
+        failed++;
     if (!failed && o->peer) {
         res->have_peer = measure_peer(&r, plan, o->budget, &res->peer) == 0;
         if (res->have_peer) {

@@ -278,7 +278,8 @@ int main(int argc, char **argv)
         return 1;
     ad_tape_stats st;
     jacobian(&w, 1);  /* on the thread's tape, whose statistics these are */
-    ad_tape_stats_get(&st);
+    if (ad_tape_stats_get(&st) != AD_OK)
+        return 1;
     printf("ht-like: n = %d, m = %zu, %zu records a recording; median of %d batches\n", N, m,
            st.records, plan.reps);
     printf("%-28s %10s %10s %8s %s\n", "", "singles", "one call", "speed-up", "results");

@@ -198,8 +198,11 @@ static ad_real objective_checkpointed(const ad_real *p, size_t np, void *ctx)
         return ad_const(NAN);
     for (size_t i = 0; i < pb->n; i++)
         u[i] = ad_const(pb->x0[i]);
-    /* A failure ends the recording; ad_gradient returns it. */
-    (void)ad_checkpointed_loop(pb->step, pb->model, pb->steps, pb->snaps, pb->n, u, np, p, uN);
+    if (ad_checkpointed_loop(pb->step, pb->model, pb->steps, pb->snaps, pb->n, u, np, p, uN) !=
+        AD_OK) {  /* the recording keeps the error; ad_gradient returns it */
+        free(u);
+        return ad_const(NAN);
+    }
     ad_real loss = misfit(pb, uN);
     free(u);
     return loss;
@@ -342,7 +345,8 @@ static void time_gradients(const config *c, problem *pb, const double *start, re
     r->max_ns = times[c->reps - 1];
     r->median_ns = c->reps % 2 ? times[c->reps / 2]
                                : 0.5 * (times[c->reps / 2 - 1] + times[c->reps / 2]);
-    ad_tape_stats_get(&r->stats);
+    if (ad_tape_stats_get(&r->stats) != AD_OK)
+        r->stats = (ad_tape_stats){0};
 }
 
 static void run_config(const config *c, result *r)

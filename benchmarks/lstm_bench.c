@@ -130,8 +130,9 @@ static int check(run *r)
     double fx, fy = NAN;
     int failed = report("plain double", AD_OK, compare(&r->ref, lstm_objective(&e, r->x), NULL),
                         0);
-    ad_release();  /* so that the reserved sizes below are this problem's */
-    ad_status s = ad_gradient(lstm_objective_ad, &e, r->inputs, r->x, &fx, r->grad);
+    ad_status s = ad_release();  /* so that the reserved sizes below are this problem's */
+    if (s == AD_OK)
+        s = ad_gradient(lstm_objective_ad, &e, r->inputs, r->x, &fx, r->grad);
     if (s == AD_OK)
         s = ad_tape_stats_get(&r->st);
     failed += report("ad_gradient", s, compare(&r->ref, fx, r->grad), 1);

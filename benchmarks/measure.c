@@ -63,7 +63,8 @@ static const char *first_gradient(job *j, grad_row *r)
     if (s != AD_OK)
         return ad_strerror(s);
     ad_tape_stats st;
-    ad_tape_stats_get(&st);
+    if (ad_tape_stats_get(&st) != AD_OK)
+        return "ad_tape_stats_get failed";
     r->records = st.records;
     r->tape_bytes = st.records * st.record_bytes;
     const char *bad = check_gradient(j->prog, j->n, j->x, j->inputs, j->fx, j->g);

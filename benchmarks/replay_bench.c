@@ -855,11 +855,11 @@ int main(int argc, char **argv)
     if (o.gmm)
         failed += run_gmm(&o);
     fflush(stdout);
-    ad_release();
+    failed += ad_release() != AD_OK;
     if (o.lstm)
         failed += run_lstm(&o);
     fflush(stdout);
-    ad_release();
+    failed += ad_release() != AD_OK;
     if (o.ba)
         failed += run_ba(&o);
     printf("\nsummary (time / plain objective; replay at x1 of a program recorded at x0):\n");

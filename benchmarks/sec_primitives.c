@@ -239,7 +239,8 @@ static ad_real mat_sqnorm_prim(const ad_real *x, size_t inputs, void *ctx)
     const shape *s = ctx;
     ad_mat M;
     ad_real r;
-    ad_mat_make(s->m, s->n, x, &M);
+    if (ad_mat_make(s->m, s->n, x, &M) != AD_OK)
+        return ad_const(NAN);  /* the recording keeps the error */
     ad_mat_sqnorm(&M, x + s->m * s->n, &r);
     return r;
 }
@@ -264,7 +265,10 @@ static void mat_sqnorm_plain(const double *x, size_t inputs, const shape *s, dou
 {
     (void)inputs;
     ad_mat W;
-    ad_mat_wrap(s->m, s->n, x, &W);
+    if (ad_mat_wrap(s->m, s->n, x, &W) != AD_OK) {
+        y[0] = NAN;
+        return;
+    }
     ad_mat_sqnorm(&W, x + s->m * s->n, &y[0]);
 }
 

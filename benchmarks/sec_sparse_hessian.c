@@ -193,8 +193,9 @@ static void measure(const bench_plan *plan, int *with_peer, srow *r)
     }
     int peer_batches = r->peer_nnz && t_new <= PEER_BATCH_NS;
     ad_tape_stats ts;
-    ad_release();  /* fresh: the memory below is this call's */
-    ad_status s = ad_sparse_hessian(r->o->f, NULL, n, x, &j.fx, g, &j.H);
+    ad_status s = ad_release();  /* fresh: the memory below is this call's */
+    if (s == AD_OK)
+        s = ad_sparse_hessian(r->o->f, NULL, n, x, &j.fx, g, &j.H);
     r->records = s == AD_OK && ad_tape_stats_get(&ts) == AD_OK ? ts.records : 0;
     r->bytes = r->records ? (double)(ts.tape_bytes + ts.side_bytes + ts.adjoint_bytes +
                                      ts.driver_bytes) : NAN;

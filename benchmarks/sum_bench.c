@@ -542,7 +542,8 @@ static void run_config(const config *c, const problem *pb, result *r, double *gr
     r->min_ns = times[0];
     r->max_ns = times[reps - 1];
     r->median_ns = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
-    ad_tape_stats_get(&r->stats);
+    if (ad_tape_stats_get(&r->stats) != AD_OK)
+        r->stats = (ad_tape_stats){0};
     r->hwm_kb = bench_proc_kb("/proc/self/status", "VmHWM");
     if (c->m == M_SUM) {
         /* after the peak was read: term 0's tape is smaller than a chunk's */

@@ -182,12 +182,18 @@ int main(void)
     if (ad_program_record(loss, &d, FEATURES, w[0], &P) != AD_OK)
         return 1;
     clock_t c0 = clock();
-    for (int i = 0; i < 200; i++)
-        ad_gradient(loss, &d, FEATURES, w[0], &fx, g);
+    ad_status s = AD_OK;
+    for (int i = 0; i < 200 && s == AD_OK; i++)
+        s = ad_gradient(loss, &d, FEATURES, w[0], &fx, g);
     clock_t c1 = clock();
-    for (int i = 0; i < 200; i++)
-        ad_program_gradient(P, w[0], &fx, g);
+    for (int i = 0; i < 200 && s == AD_OK; i++)
+        s = ad_program_gradient(P, w[0], &fx, g);
     clock_t c2 = clock();
+    if (s != AD_OK) {
+        fprintf(stderr, "huber_program: %s\n", ad_strerror(s));
+        ad_program_free(P);
+        return 1;
+    }
     printf("gradient: %.3f ms recorded, %.3f ms replayed\n", (double)(c1 - c0) / CLOCKS_PER_SEC * 5,
            (double)(c2 - c1) / CLOCKS_PER_SEC * 5);
     ad_program_free(P);

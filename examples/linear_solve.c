@@ -206,7 +206,8 @@ static ad_real loss(const ad_real *p, size_t np, void *ctx)
     /* In a recording, an error (AD_EINVAL, AD_ENOMEM) is also kept by the
      * recording and reported by ad_gradient, and x is NaN; outside one, x
      * is NaN and the caller sees a NaN loss. */
-    (void)ad_external(&solve_rule, s, N * N + N, in, N, x);
+    ad_status kept = ad_external(&solve_rule, s, N * N + N, in, N, x);
+    (void)kept;
 
     for (size_t i = 0; i < N; i++)
         r[i] = ad_sub(x[i], 1.0 / (double)(i + 1));

@@ -116,7 +116,8 @@ static ad_real misfit_checkpointed(const ad_real *theta, size_t n, void *ctx)
     ad_real p[4], s0[3] = {ad_const(prey0), ad_const(predators0), ad_const(0.0)}, sN[3];
     (void)n;
     rates(theta, p);
-    (void)ad_checkpointed_loop(lv_step, ctx, lv->steps, 0, 3, s0, 4, p, sN);
+    if (ad_checkpointed_loop(lv_step, ctx, lv->steps, 0, 3, s0, 4, p, sN) != AD_OK)
+        return ad_const(NAN);  /* the recording keeps the error; ad_gradient returns it */
     return sN[2];
 }
 
@@ -178,14 +179,14 @@ static ad_status show_budget(lv_problem *lv, double tape_mb)
     /* The failed recording filled the budget, and the thread keeps tape
      * memory for its next call: give it back, so that the figures below
      * are the checkpointed gradient's own. */
-    ad_release();
+    if (ad_release() != AD_OK)
+        return 1;
 
     ad_status ckpt = ad_gradient(misfit_checkpointed, lv, 4, theta, &f, g);
     printf("checkpointed    : %s\n", ad_strerror(ckpt));
     ad_tape_stats st;
-    ad_tape_stats_get(&st);
-    if (ckpt != AD_OK)
-        return ckpt;
+    if (ckpt != AD_OK || ad_tape_stats_get(&st) != AD_OK)
+        return 1;
     /* step_bytes is the largest tape one step took (24 bytes a record; an
      * observed step's has a few more): the loop as written records every
      * step on one tape. */

@@ -131,6 +131,13 @@ AD__HPP_BINARY(fmin)
 AD__HPP_BINARY(fmax)
 #undef AD__HPP_BINARY
 
+// Classification of the value, for code written once for double and
+// ad::real and for Eigen (allFinite, hasNaN).  No record: like a branch on
+// ad::value(x), a recorded program does not see it.
+inline bool isfinite(ad_real x) noexcept { return std::isfinite(x.v); }
+inline bool isinf(ad_real x) noexcept { return std::isinf(x.v); }
+inline bool isnan(ad_real x) noexcept { return std::isnan(x.v); }
+
 // Prints the value.  A template on the stream, so that <iosfwd> is enough
 // here: its body is compiled where it is used, after the caller's <ostream>.
 template <class CharT, class Traits>
@@ -138,6 +145,30 @@ std::basic_ostream<CharT, Traits> &operator<<(std::basic_ostream<CharT, Traits> 
 {
     return os << ad_value(x);
 }
+
+// The limits of double, as constants (ID 0): std::numeric_limits<ad::real>
+// is what generic code (Eigen's LDLT, NumTraits) asks of a number type.
+template <>
+struct std::numeric_limits<ad_real> : std::numeric_limits<double> {
+    static constexpr ad_real min() noexcept { return std::numeric_limits<double>::min(); }
+    static constexpr ad_real max() noexcept { return std::numeric_limits<double>::max(); }
+    static constexpr ad_real lowest() noexcept { return std::numeric_limits<double>::lowest(); }
+    static constexpr ad_real epsilon() noexcept { return std::numeric_limits<double>::epsilon(); }
+    static constexpr ad_real round_error() noexcept
+    {
+        return std::numeric_limits<double>::round_error();
+    }
+    static constexpr ad_real infinity() noexcept { return std::numeric_limits<double>::infinity(); }
+    static constexpr ad_real quiet_NaN() noexcept { return std::numeric_limits<double>::quiet_NaN(); }
+    static constexpr ad_real signaling_NaN() noexcept
+    {
+        return std::numeric_limits<double>::signaling_NaN();
+    }
+    static constexpr ad_real denorm_min() noexcept
+    {
+        return std::numeric_limits<double>::denorm_min();
+    }
+};
 
 namespace ad {
 
@@ -515,13 +546,20 @@ inline constexpr bool objective_takes_vector =
     std::conjunction_v<std::bool_constant<!objective_takes_pointer<F>>,
                        std::is_invocable<F &, const std::vector<real> &>>;
 
+// An ad::real, or a type that converts to one, but not a plain number:
+// ad::real converts from double and int (constants), and an objective that
+// returns a double would have no derivative.
+template <class R>
+inline constexpr bool returns_real =
+    std::is_convertible_v<R, real> && !std::is_arithmetic_v<remove_cvref_t<R>>;
+
 template <class F>
 constexpr bool is_objective()
 {
     if constexpr (objective_takes_pointer<F>)
-        return std::is_convertible_v<std::invoke_result_t<F &, const real *, std::size_t>, real>;
+        return returns_real<std::invoke_result_t<F &, const real *, std::size_t>>;
     else if constexpr (objective_takes_vector<F>)
-        return std::is_convertible_v<std::invoke_result_t<F &, const std::vector<real> &>, real>;
+        return returns_real<std::invoke_result_t<F &, const std::vector<real> &>>;
     else
         return false;
 }
@@ -627,7 +665,7 @@ void finish(ad_status s, const std::exception_ptr &thrown, std::initializer_list
 #define AD__HPP_OBJECTIVE(F)                                                                     \
     static_assert(detail::is_objective<std::remove_reference_t<F>>(),                           \
                   "ad: the objective must be callable as f(const ad::real *x, std::size_t n) "  \
-                  "or as f(const std::vector<ad::real> &x), and return ad::real")
+                  "or as f(const std::vector<ad::real> &x), and return ad::real (not a double)")
 #define AD__HPP_FUNCTION(F)                                                                      \
     static_assert(detail::is_function<std::remove_reference_t<F>>(),                            \
                   "ad: the function must be callable as f(const ad::real *x, std::size_t n, "   \

@@ -22,9 +22,31 @@
 # heading of API_MD or in the first non-blank line after one.  An entry
 # heading is a heading (a line starting with #, outside fenced code) that
 # names something in backticks; a name in the prose of other sections does
-# not count.  Each name without an entry is printed as `name`; the exit
-# status is then 1.  Otherwise the script prints
-# "api_docs: N names, all documented" and exits 0.  Usage errors exit 2.
+# not count.  Each name without an entry is printed as `name`.
+#
+# Every field of a public struct or union (one defined with a tag or a
+# typedef name without a double underscore that starts with ad_, AD_ or
+# DUALREV_) must be documented in the struct's entry: the section of API_MD
+# under an entry heading that names the struct in backticks, up to the next
+# heading of the same or a higher level (a struct may have several such
+# sections).  A field is documented there when a fenced code block of the
+# section declares the struct with that field (the block is read as the
+# headers are, so a comment, a C++ constructor or a "..." declares
+# nothing), or when a backtick span of its prose names it: `field`,
+# `b.field`, `p->field`, `field[0]`.  The fields are those of every
+# declarator of a member (size_t rows, cols; double arg[2]; the name of a
+# function pointer, void (*vjp)(...)), and those of nested structs and
+# unions: a named one's as member.field, an anonymous one's as the
+# struct's own.  C++ member functions (a member with a parameter list, or
+# a body) are not fields.  Fields with a double underscore, and fields whose
+# comment in the header says "(internal)" (the comment after the member's
+# ";" on the same line, or one before or inside the member), are internal
+# and skipped, with what is nested in them.  Each field not documented is
+# printed as `struct.field` (`struct.member.field` when nested).
+#
+# When something is missing the exit status is 1.  Otherwise the script
+# prints "api_docs: N names, M fields, all documented" and exits 0.  Usage
+# errors exit 2.
 set -u
 set -o pipefail
 
@@ -67,21 +89,63 @@ header_names() {
         if (name != "")
             print kind, name
     }
+    # s with a mark (\034) before its last ";": that member is internal.
+    function mark_before_semi(s,    i) {
+        for (i = length(s); i > 0; i--)
+            if (substr(s, i, 1) == ";")
+                return substr(s, 1, i - 1) "\034" substr(s, i)
+        return s "\034"
+    }
+    # At the end of a comment inside braces (a struct body) that says
+    # "(internal)": marks the member it belongs to, the one whose ";" came
+    # just before it on the line it opened on, else the one it is in or
+    # before.  Returns out, marked.
+    function internal_comment(out) {
+        if (ctext !~ /\(internal\)/ || depth <= 0)
+            return out
+        if (!cprev)
+            return out "\034"
+        if (cline == FNR)
+            return mark_before_semi(out)
+        mark_prev = 1  # the ";" is in stmt already: code() marks it
+        return out
+    }
+    # A comment opens after out: does a ";" end the code before it?
+    function comment_opens(out,    t) {
+        ctext = ""
+        cline = FNR
+        t = out
+        sub(/[ \t]+$/, "", t)
+        cprev = (t ~ /;$/)
+    }
     # Removes comments from one physical line, keeping track of a comment
     # left open at the end of the line before; string and character
-    # literals are copied whole.
+    # literals are copied whole.  A comment that marks a struct member
+    # "(internal)" leaves a \034 in the member (internal_comment).
     function strip(line,    out, i, c, n, q) {
         out = ""
         n = length(line)
         i = 1
         while (i <= n) {
             if (in_comment) {
-                if (substr(line, i, 2) == "*/") { in_comment = 0; i += 2 } else i++
+                if (substr(line, i, 2) == "*/") {
+                    in_comment = 0
+                    i += 2
+                    out = internal_comment(out)
+                } else {
+                    ctext = ctext substr(line, i, 1)
+                    i++
+                }
                 continue
             }
             c = substr(line, i, 1)
-            if (substr(line, i, 2) == "/*") { in_comment = 1; out = out " "; i += 2; continue }
-            if (substr(line, i, 2) == "//") break
+            if (substr(line, i, 2) == "/*") { comment_opens(out); in_comment = 1; out = out " "; i += 2; continue }
+            if (substr(line, i, 2) == "//") {
+                comment_opens(out)
+                ctext = substr(line, i + 2)
+                out = internal_comment(out)
+                break
+            }
             if (c == "\"" || c == "\047") {
                 q = c
                 out = out c
@@ -167,7 +231,153 @@ header_names() {
     }
     # A declaration or definition, whole (a function definition: its
     # header, without the body).
+    # The index of the "}" that closes the "{" at s[i], or 0.
+    function close_brace(s, i,    d, n, c) {
+        d = 0
+        n = length(s)
+        for (; i <= n; i++) {
+            c = substr(s, i, 1)
+            if (c == "{") d++
+            else if (c == "}" && --d == 0) return i
+        }
+        return 0
+    }
+    # The name one declarator of a member declares, or "": the last
+    # identifier, arrays, initialisers and bit-field widths dropped; a
+    # function pointer or a pointer to an array, (*name)(...): name.
+    function declarator_name(d,    t) {
+        gsub(/\[[^]]*\]/, "", d)
+        if (match(d, /\([ \t]*[*&^][*&^ \t]*([A-Za-z_][A-Za-z0-9_]*[ \t]+)*[A-Za-z_][A-Za-z0-9_]*[ \t]*\)/)) {
+            t = substr(d, RSTART + 1, RLENGTH - 2)
+            match(t, /[A-Za-z_][A-Za-z0-9_]*[ \t]*$/)
+            t = substr(t, RSTART, RLENGTH)
+            gsub(/[ \t]/, "", t)
+            return t
+        }
+        sub(/=.*$/, "", d)
+        if (match(d, /[^:][ \t]*:[^:]*$/))  # a bit-field width
+            d = substr(d, 1, RSTART)
+        if (!match(d, /[A-Za-z_][A-Za-z0-9_]*[ \t]*$/))
+            return ""
+        t = substr(d, RSTART, RLENGTH)
+        gsub(/[ \t]/, "", t)
+        if (t ~ /^(struct|union|enum|const|volatile|signed|unsigned|short|long|int|char|float|double|void|_Bool|bool|size_t)$/)
+            return ""  # no declarator: an anonymous member
+        return t
+    }
+    # One member declaration m ("type a, *b, c[2]"; for a nested struct,
+    # union or enum, nkw is what came before its "{", nbody its body and m
+    # the declarators after its "}"): prints "field NAMES PREFIXname" for
+    # each of its fields.
+    function member(m, nested, nkw, nbody, names, prefix,    internal, n, k, d, decl, name, c, pd, found) {
+        internal = (m ~ /\034/ || (nested && nkw ~ /\034/))
+        gsub(/\034/, " ", m)
+        gsub(/[ \t]+/, " ", m)
+        sub(/^ /, "", m)
+        sub(/ $/, "", m)
+        sub(/^(public|private|protected) ?: ?/, "", m)
+        if (!nested) {
+            if (m == "" || m ~ /^(typedef|using|friend|static|template|_Static_assert|static_assert)([ (]|$)/)
+                return
+            if (m ~ /\(/ && m !~ /\( ?[*&^]/)
+                return  # a C++ member function
+        }
+        # the declarators, split at the commas outside parentheses
+        n = 0
+        d = ""
+        pd = 0
+        for (k = 1; k <= length(m); k++) {
+            c = substr(m, k, 1)
+            if (c == "(" || c == "[") pd++
+            else if (c == ")" || c == "]") pd--
+            else if (c == "," && pd == 0) { decl[++n] = d; d = ""; continue }
+            d = d c
+        }
+        decl[++n] = d
+        found = 0
+        for (k = 1; k <= n; k++) {
+            name = declarator_name(decl[k])
+            if (name == "")
+                continue
+            found = 1
+            if (internal || name ~ /__/)
+                continue
+            print "field", names, prefix name, nfile
+            if (nested && nkw !~ /(^|[^A-Za-z0-9_])enum([^A-Za-z0-9_]|$)/)
+                members(nbody, names, prefix name ".")
+        }
+        # an anonymous struct or union: its fields are the outer ones
+        if (nested && !found && !internal && nkw !~ /(^|[^A-Za-z0-9_])enum([^A-Za-z0-9_]|$)/)
+            members(nbody, names, prefix)
+    }
+    # The members of a struct or union body.  A "{" opens a nested struct,
+    # union or enum, an initialiser (after "=" or a name), or the body of a
+    # C++ member function (after a parameter list), which is dropped.
+    function members(body, names, prefix,    n, i, j, c, m, t, nested, nkw, nbody) {
+        n = length(body)
+        m = ""
+        nested = 0
+        for (i = 1; i <= n; i++) {
+            c = substr(body, i, 1)
+            if (c == "{") {
+                j = close_brace(body, i)
+                if (!j)
+                    return
+                t = m
+                gsub(/[ \t\034]+$/, "", t)
+                if (!nested && t ~ /(^|[^A-Za-z0-9_])(struct|union|enum)([ \t\034]+[A-Za-z_][A-Za-z0-9_]*)?$/) {
+                    nested = 1
+                    nkw = m
+                    nbody = substr(body, i + 1, j - i - 1)
+                    m = ""
+                } else if (t ~ /\(/ && t !~ /=/) {
+                    m = ""  # a function body
+                }
+                i = j
+                continue
+            }
+            if (c == ";") {
+                member(m, nested, nkw, nbody, names, prefix)
+                m = ""
+                nested = 0
+                continue
+            }
+            m = m c
+        }
+    }
+    # A struct or union definition that starts the statement s: its fields.
+    function fields(s,    i, j, t, tag, name, names) {
+        if (!match(s, /(^|[ \t])(struct|union)([ \t]+[A-Za-z_][A-Za-z0-9_]*)?[ \t]*\{/))
+            return
+        i = RSTART + RLENGTH - 1
+        if (index(s, "{") != i)
+            return
+        t = substr(s, RSTART, RLENGTH)
+        tag = ""
+        if (match(t, /(struct|union)[ \t]+[A-Za-z_][A-Za-z0-9_]*/)) {
+            tag = substr(t, RSTART, RLENGTH)
+            sub(/^[a-z]+[ \t]+/, "", tag)
+        }
+        j = close_brace(s, i)
+        if (!j)
+            return
+        name = ""
+        if (substr(s, 1, i) ~ /(^|[ \t])typedef[ \t]/) {
+            t = substr(s, j + 1)
+            gsub(/\034/, "", t)
+            gsub(/[ \t]+/, " ", t)
+            name = ident_before(t, ";")
+        }
+        # NAMES: the typedef name, then the tag, joined by "|"
+        names = name
+        if (tag != "" && tag != name)
+            names = names == "" ? tag : names "|" tag
+        if (names != "")
+            members(substr(s, i + 1, j - i - 1), names, "")
+    }
     function statement(s,    t, i, body, items, n, k, it) {
+        fields(s)
+        gsub(/\034/, "", s)
         gsub(/[ \t]+/, " ", s)
         if (match(s, /(^| )AD_API /)) {
             t = substr(s, RSTART + RLENGTH)
@@ -210,6 +420,10 @@ header_names() {
     }
     # A logical line of code (not a directive).
     function code(line,    m, k, pp, arg, i, c) {
+        if (mark_prev) {  # an "(internal)" comment after the member before
+            stmt = mark_before_semi(stmt)
+            mark_prev = 0
+        }
         # an invocation of a macro that generates functions
         if (depth == 0 && !skip && match(line, /^[ \t]*[A-Za-z_][A-Za-z0-9_]*[ \t]*\(/)) {
             m = substr(line, RSTART, RLENGTH)
@@ -249,7 +463,7 @@ header_names() {
         }
         stmt = stmt " "
     }
-    FNR == 1 { in_comment = 0; pending = ""; stmt = ""; depth = 0; skip = 0 }
+    FNR == 1 { in_comment = 0; pending = ""; stmt = ""; depth = 0; skip = 0; mark_prev = 0; nfile++ }
     {
         line = strip($0)
         if (line ~ /\\[ \t]*$/) {
@@ -266,9 +480,9 @@ header_names() {
         else
             code(line)
     }
-    ' "${headers[@]}"
+    ' "$@"
 }
-raw=$(header_names) || { echo "api_docs: could not read the headers" >&2; exit 2; }
+raw=$(header_names "${headers[@]}") || { echo "api_docs: could not read the headers" >&2; exit 2; }
 
 if [ -n "$lib" ]; then
     nm=${NM:-nm}
@@ -306,9 +520,125 @@ while IFS= read -r name; do
     fi
 done <<< "$names"
 
+# The fields of the public structs: "NAMES PATH", NAMES the struct's
+# typedef name and tag joined by "|", the first a public name without a
+# double underscore.
+fields=$(printf '%s\n' "$raw" | awk '$1 == "field" && NF == 4 { print $2, $3 }' |
+         awk '{ split($1, n, "|") } n[1] ~ /^(ad_|AD_|DUALREV_)/ && n[1] !~ /__/' | sort -u)
+nfields=$(printf '%s\n' "$fields" | grep -c .)
+
+# What the structs' entries document: "STRUCT FIELD" for each field of a
+# declaration of STRUCT in a fenced code block of a section whose heading
+# names STRUCT in backticks (down to the next heading of the same or a
+# higher level), read as the headers are; and for each field a backtick
+# span of such a section's prose names (`tag`, `b.problem`, `arg[0]`).  The code blocks of the
+# sections are written to files in $tmp, NNNNN.h, with lines
+# "block N STRUCT" for the sections each is in.
+tmp=$(mktemp -d) || { echo "api_docs: mktemp failed" >&2; exit 2; }
+trap 'rm -rf "$tmp"' EXIT
+structs=$(printf '%s\n' "$fields" | awk 'NF { print $1 }' | tr '|' '\n' | sort -u)
+entry_words=$(printf '%s\n' "$structs" | awk -v dir="$tmp" '
+    # A backtick span that names a field: `name`, `b.name`, `p->name`,
+    # `name[0]`.
+    function named(s,    k) {
+        gsub(/^[ \t]+|[ \t]+$/, "", s)
+        sub(/\[[^]]*\]$/, "", s)
+        if (s !~ /^[A-Za-z_][A-Za-z0-9_]*((\.|->)[A-Za-z_][A-Za-z0-9_]*)*$/)
+            return
+        sub(/^.*(\.|->)/, "", s)
+        for (k in open)
+            print k, s
+    }
+    FILENAME == "-" { if (NF) want["`" $1 "`"] = $1; next }
+    /^[ \t]*```/ {
+        span = 0
+        if (fence) {
+            if (file != "") close(file)
+            file = ""
+        } else {
+            for (k in open) {
+                if (file == "") file = sprintf("%s/%05d.h", dir, ++nblock)
+                print "block", nblock, k
+            }
+        }
+        fence = !fence
+        next
+    }
+    fence { if (file != "") print > file; next }
+    /^#/ {
+        span = 0
+        match($0, /^#+/)
+        level = RLENGTH
+        for (k in open)
+            if (open[k] >= level)
+                delete open[k]
+        for (w in want)
+            if (index($0, w))
+                open[want[w]] = level
+    }
+    !NF { span = 0; next }
+    {   # backtick spans, which may run on to the next line
+        n = split($0, part, "`")
+        for (i = 1; i <= n; i++) {
+            if (span)
+                text = text " " part[i]
+            if (i < n) {
+                if (span)
+                    named(text)
+                span = !span
+                text = ""
+            }
+        }
+    }
+' - "$md") || { echo "api_docs: could not read $md" >&2; exit 2; }
+
+# The fields declared in those code blocks: "STRUCT FIELD" where the block
+# is in STRUCT's entry.
+doc_fields=""
+blocks=("$tmp"/*.h)
+if [ -f "${blocks[0]}" ]; then
+    doc_fields=$(header_names "${blocks[@]}" | awk '
+        $1 == "field" && NF == 4 { print "decl", $2, $3, $4 }' |
+        cat <(printf '%s\n' "$entry_words" | awk '$1 == "block"') - | awk '
+        $1 == "block" { inblock[$2, $3] = 1; next }
+        {
+            n = split($2, names, "|")
+            for (i = 1; i <= n; i++)
+                if (($4, names[i]) in inblock)
+                    print names[i], $3
+        }
+    ') || { echo "api_docs: could not read the code blocks of $md" >&2; exit 2; }
+fi
+
+fmissing=0
+if [ "$nfields" -gt 0 ]; then
+    undocumented=$(printf '%s\n' "$entry_words" "$doc_fields" --- "$fields" | awk '
+        $0 == "---" { part2 = 1; next }
+        !part2 { if (NF == 2) have[$1 " " $2] = 1; next }
+        NF == 2 {
+            leaf = $2
+            sub(/^.*\./, "", leaf)
+            n = split($1, names, "|")
+            for (i = 1; i <= n; i++)
+                if ((names[i] " " $2) in have || (names[i] " " leaf) in have)
+                    next
+            print "`" names[1] "." $2 "`"
+        }
+    ')
+    if [ -n "$undocumented" ]; then
+        printf '%s\n' "$undocumented"
+        fmissing=$(printf '%s\n' "$undocumented" | grep -c .)
+    fi
+fi
+
 if [ "$missing" -gt 0 ]; then
     echo "api_docs: $missing of $count names have no entry in $md" >&2
+fi
+if [ "$fmissing" -gt 0 ]; then
+    echo "api_docs: $fmissing of $nfields struct fields are not documented in their struct's entry in $md" >&2
+fi
+if [ "$missing" -gt 0 ] || [ "$fmissing" -gt 0 ]; then
     exit 1
 fi
-echo "api_docs: $count names, all documented"
+echo "api_docs: $count names, $nfields fields, all documented"
 exit 0

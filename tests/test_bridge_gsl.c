@@ -3,7 +3,13 @@
  * failing objective's status reaching the caller; with replay (b.replay),
  * the same iterates to the bit with f called once, a guard that flips on
  * the way recorded again, value-only replays recording nothing, and a
- * function a program cannot keep evaluated as without replay. */
+ * function a program cannot keep evaluated as without replay.  Sums
+ * (ad_gsl_init_sum): the plain objective's iterates to the bit where the
+ * sum's chunks add up as it does, the same iterates on 1 and 2 threads,
+ * the callbacks against central differences, a failing term, bad
+ * arguments.  ad_gsl_minimize: an ODE fit through a checkpointed loop,
+ * with and without replay, to the written-out fit's optimum; the progress
+ * hook at each iteration, and stopping the loop. */
 #include <string.h>
 
 #include <gsl/gsl_multimin.h>
@@ -245,7 +251,7 @@ static void test_failure_replay(void **state)
     ad_gsl b;
     gsl_multimin_function_fdf F;
     (void)state;
-    (void)ad_gradient(failing, NULL, 2, x0, &fx, g);  /* keeps a value, unless it has one */
+    if (ad_gradient(failing, NULL, 2, x0, &fx, g) != AD_OK) {}  /* keeps a value, unless it has one */
     assert_int_equal(ad_gsl_init(&b, failing, NULL, 2), AD_OK);
     b.replay = 1;
     ad_gsl_fill(&F, &b);
@@ -262,6 +268,250 @@ static void test_failure_replay(void **state)
     ad_gsl_free(&b);
 }
 
+/* ---- sums, ad_gsl_minimize, loops, progress ---- */
+
+typedef struct mrun {
+    double x[100], f;
+    int code;
+    long iterations;
+    unsigned long evaluations;
+} mrun;
+
+/* ad_gsl_minimize with vector_bfgs2 from x_i = +-1.2. */
+static void gsl_run(ad_gsl *b, size_t n, mrun *r)
+{
+    memset(r, 0, sizeof *r);
+    for (size_t i = 0; i < n; i++)
+        r->x[i] = i % 2 ? 1.2 : -1.2;
+    assert_int_equal(ad_gsl_minimize(b, gsl_multimin_fdfminimizer_vector_bfgs2, r->x, 0.01, 0.1,
+                                     1e-9, 20000, &r->f, &r->code),
+                     AD_OK);
+    r->iterations = b->iterations;
+    r->evaluations = b->evaluations;
+}
+
+static void assert_same_mrun(const mrun *a, const mrun *b, size_t n)
+{
+    assert_int_equal(a->code, b->code);
+    assert_int_equal(a->iterations, b->iterations);
+    assert_int_equal(a->evaluations, b->evaluations);
+    assert_same(a->f, b->f);
+    for (size_t i = 0; i < n; i++)
+        assert_same(a->x[i], b->x[i]);
+}
+
+static void run_plain(ad_objective f, size_t n, mrun *r)
+{
+    ad_gsl b;
+    assert_int_equal(ad_gsl_init(&b, f, NULL, n), AD_OK);
+    gsl_run(&b, n, r);
+    ad_gsl_free(&b);
+}
+
+static void run_sum(ad_term term, size_t nterms, size_t n, unsigned threads, mrun *r)
+{
+    ad_gsl b;
+    assert_int_equal(ad_gsl_init_sum(&b, term, NULL, nterms, n, threads), AD_OK);
+    gsl_run(&b, n, r);
+    assert_int_equal(b.status, AD_OK);
+    ad_gsl_free(&b);
+}
+
+static void test_minimize(void **state)
+{
+    static mrun r, t;
+    static run old;
+    (void)state;
+    run_plain(rosenbrock, 10, &r);
+    assert_true(r.code == GSL_SUCCESS || r.code == GSL_ENOPROG);  /* at the minimum */
+    assert_true(r.f < 1e-12);
+    for (size_t i = 0; i < 10; i++)
+        assert_near(r.x[i], 1.0, 1e-5, 1e-5);
+    /* the loop written by hand (minimize, above) takes the same iterates */
+    minimize(rosenbrock, 10, 0, &old);
+    assert_int_equal(r.iterations, old.iterations);
+    assert_same(r.f, old.f);
+    for (size_t i = 0; i < 10; i++)
+        assert_same(r.x[i], old.x[i]);
+    free(old.x);
+    /* an iteration limit: GSL_CONTINUE */
+    ad_gsl b;
+    assert_int_equal(ad_gsl_init(&b, rosenbrock, NULL, 10), AD_OK);
+    for (size_t i = 0; i < 10; i++)
+        t.x[i] = -1.2;
+    assert_int_equal(ad_gsl_minimize(&b, gsl_multimin_fdfminimizer_vector_bfgs2, t.x, 0.01, 0.1,
+                                     1e-9, 3, &t.f, &t.code),
+                     AD_OK);
+    assert_int_equal(t.code, GSL_CONTINUE);
+    assert_int_equal(b.iterations, 3);
+    ad_gsl_free(&b);
+}
+
+static void test_sum_bitwise(void **state)
+{
+    static mrun plain, one, two, whole;
+    (void)state;
+    run_plain(rosenbrock, 18, &plain);
+    run_sum(rosenbrock_term, 17, 18, 1, &one);
+    run_sum(rosenbrock_term, 17, 18, 2, &two);
+    run_sum(rosenbrock_one_term, 1, 18, 2, &whole);
+    assert_same_mrun(&plain, &one, 18);
+    assert_same_mrun(&plain, &two, 18);
+    assert_same_mrun(&plain, &whole, 18);
+    assert_true(plain.f < 1e-12);
+}
+
+static void test_sum_threads(void **state)
+{
+    static mrun plain, one, two;
+    (void)state;
+    run_plain(rosenbrock, 100, &plain);
+    run_sum(rosenbrock_term, 99, 100, 1, &one);
+    run_sum(rosenbrock_term, 99, 100, 2, &two);
+    assert_same_mrun(&one, &two, 100);
+    assert_true(one.code == GSL_SUCCESS || one.code == GSL_ENOPROG);
+    assert_true(one.f < 1e-12);
+    for (size_t i = 0; i < 100; i++)
+        assert_near(one.x[i], plain.x[i], 1e-5, 1e-5);
+}
+
+static void test_sum_callbacks(void **state)
+{
+    const double xs[5] = {0.5, -1.0, 1.5, 0.25, 2.0};
+    double fx, g[5];
+    ad_gsl b;
+    (void)state;
+    assert_int_equal(ad_gsl_init_sum(&b, rosenbrock_term, NULL, 4, 5, 2), AD_OK);
+    gsl_vector *x = gsl_vector_alloc(5), *gv = gsl_vector_alloc(5);
+    for (size_t i = 0; i < 5; i++)
+        gsl_vector_set(x, i, xs[i]);
+    ad_gsl_fdf(x, &b, &fx, gv);
+    for (size_t i = 0; i < 5; i++)
+        g[i] = gsl_vector_get(gv, i);
+    assert_near(fx, value_on_constants(rosenbrock, NULL, 5, xs), 1e-15, 0.0);
+    check_gradient_fd(rosenbrock, NULL, 5, xs, g);
+    assert_same(ad_gsl_f(x, &b), fx);  /* through the gradient: the same bits */
+    assert_int_equal(b.evaluations, 2);
+    assert_int_equal(b.status, AD_OK);
+    gsl_vector_free(x), gsl_vector_free(gv);
+    ad_gsl_free(&b);
+}
+
+static void test_sum_errors(void **state)
+{
+    double x[10], fx;
+    size_t bad = 5;
+    int code;
+    ad_gsl b;
+    (void)state;
+    for (int i = 0; i < 10; i++)
+        x[i] = 0.5;
+    assert_int_equal(ad_gsl_init_sum(&b, NULL, NULL, 9, 10, 1), AD_EINVAL);
+    ad_gsl_free(&b);  /* nothing to free: harmless */
+    assert_int_equal(ad_gsl_init(&b, NULL, NULL, 10), AD_EINVAL);
+    ad_gsl_free(&b);
+    assert_int_equal(ad_gsl_init_sum(&b, rosenbrock_term, NULL, 9, 10, 1), AD_OK);
+    const gsl_multimin_fdfminimizer_type *T = gsl_multimin_fdfminimizer_vector_bfgs2;
+    assert_int_equal(ad_gsl_minimize(&b, NULL, x, 0.01, 0.1, 1e-9, 10, &fx, &code), AD_EINVAL);
+    assert_int_equal(ad_gsl_minimize(&b, T, NULL, 0.01, 0.1, 1e-9, 10, &fx, &code), AD_EINVAL);
+    assert_int_equal(ad_gsl_minimize(&b, T, x, 0.01, 0.1, 1e-9, 10, NULL, &code), AD_EINVAL);
+    assert_int_equal(ad_gsl_minimize(NULL, T, x, 0.01, 0.1, 1e-9, 10, &fx, &code), AD_EINVAL);
+    assert_int_equal(code, GSL_EINVAL);
+    ad_gsl_free(&b);
+    assert_int_equal(ad_gsl_init_sum(&b, rosenbrock_term, NULL, 0, 0, 1), AD_OK);
+    assert_int_equal(ad_gsl_minimize(&b, T, x, 0.01, 0.1, 1e-9, 10, &fx, &code), AD_EINVAL);
+    ad_gsl_free(&b);
+    keep_foreign();
+    for (unsigned threads = 1; threads <= 2; threads++) {
+        assert_int_equal(ad_gsl_init_sum(&b, failing_term, &bad, 9, 10, threads), AD_OK);
+        assert_int_equal(ad_gsl_minimize(&b, T, x, 0.01, 0.1, 1e-9, 10, &fx, &code),
+                         AD_EFOREIGN);
+        assert_int_equal(b.iterations, 0);
+        assert_int_equal(b.evaluations, 1);
+        assert_nan(fx);
+        ad_gsl_free(&b);
+    }
+}
+
+static void fit_ode(ad_objective f, ode_fit *o, int replay, mrun *r)
+{
+    ad_gsl b;
+    memset(r, 0, sizeof *r);
+    r->x[0] = 1.6, r->x[1] = 0.5;
+    assert_int_equal(ad_gsl_init(&b, f, o, 2), AD_OK);
+    b.replay = replay;
+    assert_int_equal(ad_gsl_minimize(&b, gsl_multimin_fdfminimizer_vector_bfgs2, r->x, 0.01, 0.1,
+                                     1e-10, 1000, &r->f, &r->code),
+                     AD_OK);
+    r->iterations = b.iterations;
+    r->evaluations = b.evaluations;
+    ad_gsl_free(&b);
+}
+
+static void test_loop(void **state)
+{
+    static ode_fit o;
+    static mrun u, l, rp;
+    (void)state;
+    ode_fit_init(&o, 0);
+    /* the value-only callback runs the loop on constants */
+    ad_gsl b;
+    assert_int_equal(ad_gsl_init(&b, ode_looped, &o, 2), AD_OK);
+    gsl_vector *x = gsl_vector_alloc(2);
+    gsl_vector_set(x, 0, ODE_K);
+    gsl_vector_set(x, 1, ODE_C);
+    assert_same(ad_gsl_f(x, &b), 0.0);
+    gsl_vector_set(x, 0, 1.7);
+    assert_same(ad_gsl_f(x, &b), value_on_constants(ode_unrolled, &o, 2, (double[]){1.7, ODE_C}));
+    gsl_vector_free(x);
+    ad_gsl_free(&b);
+    fit_ode(ode_unrolled, &o, 0, &u);
+    fit_ode(ode_looped, &o, 0, &l);
+    o.calls.f = 0;
+    fit_ode(ode_looped, &o, 1, &rp);
+    assert_int_equal(o.calls.f, 1);  /* recorded once, the loop kept as a call */
+    assert_true(u.f < 1e-16 && l.f < 1e-16);
+    assert_near(u.x[0], ODE_K, 1e-6, 0.0);
+    assert_near(u.x[1], ODE_C, 1e-6, 0.0);
+    assert_near(l.x[0], ODE_K, 1e-6, 0.0);
+    assert_near(l.x[1], ODE_C, 1e-6, 0.0);
+    assert_same_mrun(&l, &rp, 2);
+}
+
+static void test_progress(void **state)
+{
+    static hook_log h;
+    static mrun r;
+    ad_gsl b;
+    (void)state;
+    memset(&h, 0, sizeof h);
+    assert_int_equal(ad_gsl_init(&b, rosenbrock, NULL, 4), AD_OK);
+    b.progress = log_progress;
+    b.progress_ctx = &h;
+    gsl_run(&b, 4, &r);
+    assert_true(r.code == GSL_SUCCESS || r.code == GSL_ENOPROG);
+    assert_true(r.f < 1e-12);
+    assert_int_equal(b.stopped, 0);
+    assert_int_equal(h.calls, r.iterations);
+    check_hook_log(&h, rosenbrock, NULL, 4, 1);
+    for (long c = 1; c < h.calls; c++)
+        assert_true(h.f[c] <= h.f[c - 1]);
+    assert_same(h.f[h.calls - 1], r.f);
+    assert_true(h.gnorm[h.calls - 1] < 1e-5);
+    /* stopped at the third iteration */
+    memset(&h, 0, sizeof h);
+    h.stop_at = 3;
+    gsl_run(&b, 4, &r);
+    assert_int_equal(b.stopped, 1);
+    assert_int_equal(b.status, AD_OK);
+    assert_int_equal(r.code, GSL_CONTINUE);
+    assert_int_equal(r.iterations, 3);
+    assert_int_equal(h.calls, 3);
+    assert_same(r.f, h.f[2]);
+    assert_same(r.x[0], h.x[2][0]);
+    ad_gsl_free(&b);
+}
+
 int main(void)
 {
     gsl_set_error_handler_off();
@@ -274,6 +524,13 @@ int main(void)
         cmocka_unit_test(test_unkept),
         cmocka_unit_test(test_callbacks_replay),
         cmocka_unit_test(test_failure_replay),
+        cmocka_unit_test(test_minimize),
+        cmocka_unit_test(test_sum_bitwise),
+        cmocka_unit_test(test_sum_threads),
+        cmocka_unit_test(test_sum_callbacks),
+        cmocka_unit_test(test_sum_errors),
+        cmocka_unit_test(test_loop),
+        cmocka_unit_test(test_progress),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

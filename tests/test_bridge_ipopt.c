@@ -7,7 +7,14 @@
  * that flip on the way recorded again (in a structure that stays, that
  * shrinks, and that moves: AD_ESTRUCTURE), value-only replays recording
  * nothing, a g a program cannot keep evaluated as without replay, and a
- * failing objective. */
+ * failing objective.  Sums (ad_ipopt_init_sum): the plain objective's
+ * iterates to the bit where the sum's chunks add up as it does, the same
+ * on 1 and 2 threads, HS71 with its objective as terms, the exact Hessian
+ * refused with a status, a failing term, bad arguments.  An ODE fit
+ * through a checkpointed loop, with and without replay, to the
+ * written-out fit's optimum, by the exact Hessian where the library gives
+ * one through the loop, else by Ipopt's limited-memory one.  The progress
+ * hook at each iteration, and stopping the solve. */
 #include <string.h>
 
 #include <dualrev/ipopt.h>
@@ -492,6 +499,318 @@ static void test_failure_replay(void **state)
     ad_ipopt_free(&b);
 }
 
+/* ---- sums, loops, progress ---- */
+
+typedef struct irun {
+    double x[100], obj;
+    enum ApplicationReturnStatus app;
+    long iterations;
+    unsigned long evaluations;
+} irun;
+
+static const double big_lo[100] = {0}, big_hi[100] = {0};  /* filled by bounds() */
+static double lo100[100], hi100[100];
+
+static void bounds(void)
+{
+    (void)big_lo, (void)big_hi;
+    for (int i = 0; i < 100; i++)
+        lo100[i] = -1e20, hi100[i] = 1e20;
+}
+
+static void irun_solve(ad_ipopt *b, size_t n, irun *r)
+{
+    memset(r, 0, sizeof *r);
+    for (size_t i = 0; i < n; i++)
+        r->x[i] = i % 2 ? 1.2 : -1.2;
+    quiet(b);
+    AddIpoptStrOption(b->problem, "hessian_approximation", (char *)"limited-memory");
+    assert_int_equal(ad_ipopt_solve(b, r->x, &r->obj, NULL, NULL, NULL, NULL, &r->app), AD_OK);
+    r->iterations = b->iterations;
+    r->evaluations = b->evaluations;
+}
+
+static void assert_same_irun(const irun *a, const irun *b, size_t n)
+{
+    assert_int_equal(a->app, b->app);
+    assert_int_equal(a->iterations, b->iterations);
+    assert_int_equal(a->evaluations, b->evaluations);
+    assert_same(a->obj, b->obj);
+    for (size_t i = 0; i < n; i++)
+        assert_same(a->x[i], b->x[i]);
+}
+
+static void ipopt_plain(ad_objective f, size_t n, irun *r)
+{
+    ad_ipopt b;
+    double x0[100] = {0};
+    bounds();
+    assert_int_equal(ad_ipopt_init(&b, f, NULL, NULL, n, 0, lo100, hi100, NULL, NULL, x0), AD_OK);
+    irun_solve(&b, n, r);
+    ad_ipopt_free(&b);
+}
+
+static void ipopt_sum(ad_term term, size_t nterms, size_t n, unsigned threads, irun *r)
+{
+    ad_ipopt b;
+    double x0[100] = {0};
+    bounds();
+    assert_int_equal(ad_ipopt_init_sum(&b, term, NULL, NULL, nterms, n, 0, threads, lo100, hi100,
+                                       NULL, NULL, x0),
+                     AD_OK);
+    assert_int_equal(b.hessian, 0);
+    assert_int_equal(b.hess.nnz, 0);
+    irun_solve(&b, n, r);
+    ad_ipopt_free(&b);
+}
+
+static void test_sum_bitwise(void **state)
+{
+    static irun plain, one, two, whole;
+    (void)state;
+    /* 5 terms: single-term chunks (rosenbrock_term), bit for bit */
+    ipopt_plain(rosenbrock, 6, &plain);
+    ipopt_sum(rosenbrock_term, 5, 6, 1, &one);
+    ipopt_sum(rosenbrock_term, 5, 6, 2, &two);
+    ipopt_sum(rosenbrock_one_term, 1, 6, 2, &whole);
+    assert_true(plain.app == Solve_Succeeded || plain.app == Solved_To_Acceptable_Level);
+    assert_same_irun(&plain, &one, 6);
+    assert_same_irun(&plain, &two, 6);
+    assert_same_irun(&plain, &whole, 6);
+    assert_true(plain.obj < 1e-12);
+}
+
+static void test_sum_threads(void **state)
+{
+    static irun one, two;
+    (void)state;
+    ipopt_sum(rosenbrock_term, 23, 24, 1, &one);  /* 23 terms: chunks of 2 */
+    ipopt_sum(rosenbrock_term, 23, 24, 2, &two);
+    assert_same_irun(&one, &two, 24);
+    assert_true(one.app == Solve_Succeeded || one.app == Solved_To_Acceptable_Level);
+    for (size_t i = 0; i < 24; i++)
+        assert_near(one.x[i], 1.0, 1e-5, 1e-5);
+}
+
+/* HS71's objective as four terms: x0 x3 x0, x0 x3 x1, x0 x3 x2, x2. */
+static ad_real hs71_term(size_t i, const ad_real *x, size_t n, void *ctx)
+{
+    (void)n, (void)ctx;
+    return i < 3 ? ad_mul(ad_mul(x[0], x[3]), x[i]) : x[2];
+}
+
+static void test_sum_hs71(void **state)
+{
+    double x[4] = {1.0, 5.0, 5.0, 1.0}, obj, gx[2];
+    ad_ipopt b;
+    enum ApplicationReturnStatus app;
+    (void)state;
+    assert_int_equal(ad_ipopt_init_sum(&b, hs71_term, hs71_g, NULL, 4, 4, 2, 2, x_l, x_u, g_l,
+                                       g_u, x),
+                     AD_OK);
+    assert_int_equal(b.jac.nnz, 8);
+    quiet(&b);
+    assert_int_equal(ad_ipopt_solve(&b, x, &obj, gx, NULL, NULL, NULL, &app), AD_OK);
+    assert_true(app == Solve_Succeeded || app == Solved_To_Acceptable_Level);
+    assert_near(obj, HS71_OPTIMUM, 1e-8, 0.0);
+    assert_near(x[0], 1.0, 1e-6, 1e-6);
+    assert_near(gx[1], 40.0, 1e-8, 0.0);
+    /* the value-only callback, through the gradient: the objective's value */
+    double v;
+    const double at[4] = {1.5, 4.5, 3.5, 1.25};
+    assert_true(ad__ipopt_f(4, (Number *)at, 1, &v, &b));
+    assert_near(v, value_on_constants(hs71_objective, NULL, 4, at), 1e-15, 0.0);
+    /* an exact Hessian asked for: refused with a status */
+    x[0] = 1.0, x[1] = 5.0, x[2] = 5.0, x[3] = 1.0;
+    AddIpoptStrOption(b.problem, "hessian_approximation", (char *)"exact");
+    assert_int_equal(ad_ipopt_solve(&b, x, &obj, gx, NULL, NULL, NULL, &app), AD_ENOTSUP);
+    assert_true(app != Solve_Succeeded);
+    ad_ipopt_free(&b);
+}
+
+static void test_sum_errors(void **state)
+{
+    double x[10] = {0}, obj;
+    size_t bad = 5;
+    ad_ipopt b;
+    enum ApplicationReturnStatus app;
+    (void)state;
+    bounds();
+    assert_int_equal(ad_ipopt_init_sum(&b, NULL, NULL, NULL, 9, 10, 0, 1, lo100, hi100, NULL,
+                                       NULL, x),
+                     AD_EINVAL);
+    assert_null(b.problem);
+    assert_int_equal(ad_ipopt_init_sum(&b, rosenbrock_term, NULL, NULL, 9, 10, 0, 1, NULL, hi100,
+                                       NULL, NULL, x),
+                     AD_EINVAL);
+    assert_int_equal(ad_ipopt_init_sum(&b, rosenbrock_term, NULL, NULL, 9, 10, 1, 1, lo100,
+                                       hi100, g_l, g_u, x),
+                     AD_EINVAL);  /* m > 0 without g */
+    assert_int_equal(ad_ipopt_solve(&b, x, &obj, NULL, NULL, NULL, NULL, &app), AD_EINVAL);
+    assert_int_equal(app, Invalid_Problem_Definition);
+    ad_ipopt_free(&b);  /* nothing to free: harmless */
+    keep_foreign();
+    for (unsigned threads = 1; threads <= 2; threads++) {
+        assert_int_equal(ad_ipopt_init_sum(&b, failing_term, NULL, &bad, 9, 10, 0, threads,
+                                           lo100, hi100, NULL, NULL, x),
+                         AD_OK);
+        quiet(&b);
+        assert_int_equal(ad_ipopt_solve(&b, x, &obj, NULL, NULL, NULL, NULL, &app), AD_EFOREIGN);
+        assert_true(app != Solve_Succeeded);
+        ad_ipopt_free(&b);
+    }
+}
+
+static void fit_ode(ad_objective f, ode_fit *o, const char *hessian, int replay, irun *r,
+                    int *exact)
+{
+    const double lo[2] = {0.1, 0.0}, hi[2] = {10.0, 5.0};
+    double p0[2] = {1.6, 0.5};
+    ad_ipopt b;
+    memset(r, 0, sizeof *r);
+    assert_int_equal(ad_ipopt_init(&b, f, NULL, o, 2, 0, lo, hi, NULL, NULL, p0), AD_OK);
+    *exact = b.hessian;
+    quiet(&b);
+    if (hessian)
+        AddIpoptStrOption(b.problem, "hessian_approximation", (char *)hessian);
+    b.replay = replay;
+    r->x[0] = p0[0], r->x[1] = p0[1];
+    ad_status s = ad_ipopt_solve(&b, r->x, &r->obj, NULL, NULL, NULL, NULL, &r->app);
+    if (hessian && !strcmp(hessian, "exact") && !b.hessian) {
+        /* no Hessian through the loop: the exact path stops with a status */
+        assert_int_equal(s, AD_ENOTSUP);
+        assert_true(r->app != Solve_Succeeded);
+    } else {
+        assert_int_equal(s, AD_OK);
+        assert_true(r->app == Solve_Succeeded);
+    }
+    r->iterations = b.iterations;
+    r->evaluations = b.evaluations;
+    ad_ipopt_free(&b);
+}
+
+static void test_loop(void **state)
+{
+    static ode_fit o;
+    static irun u, l, rp, ex, exr;
+    int exact_u, exact_l, e;
+    (void)state;
+    ode_fit_init(&o, 0);
+    fit_ode(ode_unrolled, &o, NULL, 0, &u, &exact_u);
+    assert_int_equal(exact_u, 1);
+    fit_ode(ode_looped, &o, "limited-memory", 0, &l, &exact_l);
+    o.calls.f = 0;
+    fit_ode(ode_looped, &o, "limited-memory", 1, &rp, &e);
+    /* once by ad_ipopt_init (the Hessian's structure, or AD_ENOTSUP), once
+     * recorded: the loop is kept as a call */
+    assert_int_equal(o.calls.f, 2);
+    assert_same_irun(&l, &rp, 2);
+    assert_true(u.obj < 1e-14 && l.obj < 1e-14);
+    assert_near(u.x[0], ODE_K, 1e-6, 0.0);
+    assert_near(u.x[1], ODE_C, 1e-6, 0.0);
+    assert_near(l.x[0], ODE_K, 1e-6, 0.0);
+    assert_near(l.x[1], ODE_C, 1e-6, 0.0);
+    /* the exact Hessian through the loop: the written-out fit's solve
+     * where the library gives it, else AD_ENOTSUP from the solve */
+    fit_ode(ode_looped, &o, "exact", 0, &ex, &e);
+    fit_ode(ode_looped, &o, "exact", 1, &exr, &e);
+    if (exact_l) {
+        assert_near(ex.x[0], ODE_K, 1e-6, 0.0);
+        assert_near(ex.x[1], ODE_C, 1e-6, 0.0);
+        assert_int_equal(ex.iterations, u.iterations);
+        assert_same_irun(&ex, &exr, 2);
+    } else {
+        print_message("# ad_sparse_hessian through a checkpointed loop: AD_ENOTSUP; "
+                      "Ipopt ran with its limited-memory Hessian\n");
+    }
+}
+
+static void test_progress(void **state)
+{
+    static hook_log h;
+    double x[4] = {1.0, 5.0, 5.0, 1.0}, obj;
+    ad_ipopt b;
+    enum ApplicationReturnStatus app;
+    (void)state;
+    memset(&h, 0, sizeof h);
+    assert_int_equal(ad_ipopt_init(&b, hs71_objective, hs71_g, NULL, 4, 2, x_l, x_u, g_l, g_u, x),
+                     AD_OK);
+    quiet(&b);
+    b.progress = log_progress;
+    b.progress_ctx = &h;
+    assert_int_equal(ad_ipopt_solve(&b, x, &obj, NULL, NULL, NULL, NULL, &app), AD_OK);
+    assert_int_equal(app, Solve_Succeeded);
+    assert_int_equal(b.stopped, 0);
+    /* iterations 0 (the start point) to the last, one call each */
+    assert_int_equal(h.calls, b.iterations + 1);
+    check_hook_log(&h, hs71_objective, NULL, 4, 0);
+    assert_same(h.f[h.calls - 1], obj);
+    assert_true(h.inf_du[h.calls - 1] < 1e-9);
+    assert_nan(h.gnorm[0]);
+    assert_int_equal(h.have_x[0], 0);
+    /* stopped at the fourth call (iteration 3) */
+    memset(&h, 0, sizeof h);
+    h.stop_at = 4;
+    x[0] = 1.0, x[1] = 5.0, x[2] = 5.0, x[3] = 1.0;
+    assert_int_equal(ad_ipopt_solve(&b, x, &obj, NULL, NULL, NULL, NULL, &app), AD_OK);
+    assert_int_equal(app, User_Requested_Stop);
+    assert_int_equal(b.stopped, 1);
+    assert_int_equal(b.status, AD_OK);
+    assert_int_equal(h.calls, 4);
+    assert_int_equal(b.iterations, 3);
+    ad_ipopt_free(&b);
+}
+
+/* (x1 - 2)^2 by an external function whose rule has no hvp: no sparse
+ * Hessian (AD_ENOTSUP), so ad_ipopt_init falls back to limited-memory. */
+static void sq_primal(void *ctx, size_t n, const double *x, size_t m, double *y)
+{
+    (void)ctx, (void)n, (void)m;
+    y[0] = (x[0] - 2.0) * (x[0] - 2.0);
+}
+
+static void sq_vjp(void *ctx, size_t n, const double *x, size_t m, const double *y,
+                   const double *ybar, double *xbar)
+{
+    (void)ctx, (void)n, (void)m, (void)y;
+    xbar[0] = 2.0 * (x[0] - 2.0) * ybar[0];
+}
+
+static const ad_rule sq_rule = {sq_primal, sq_vjp, NULL, NULL};
+
+static ad_real no_hessian(const ad_real *x, size_t n, void *ctx)
+{
+    ad_real y;
+    (void)n, (void)ctx;
+    if (ad_external(&sq_rule, NULL, 1, x + 1, 1, &y) != AD_OK)
+        return ad_const(NAN);
+    ad_real a = ad_sub(x[0], 1.0);
+    return ad_add(ad_mul(a, a), y);
+}
+
+static void test_no_hessian(void **state)
+{
+    const double lo[2] = {-10, -10}, hi[2] = {10, 10};
+    double x[2] = {0.0, 0.0}, obj, fx, H[4], g[2];
+    ad_ipopt b;
+    enum ApplicationReturnStatus app;
+    (void)state;
+    assert_int_equal(ad_hessian(no_hessian, NULL, 2, x, &fx, g, H), AD_ENOTSUP);  /* the premise */
+    assert_int_equal(ad_ipopt_init(&b, no_hessian, NULL, NULL, 2, 0, lo, hi, NULL, NULL, x),
+                     AD_OK);
+    assert_int_equal(b.hessian, 0);
+    quiet(&b);
+    assert_int_equal(ad_ipopt_solve(&b, x, &obj, NULL, NULL, NULL, NULL, &app), AD_OK);
+    assert_true(app == Solve_Succeeded);
+    assert_near(x[0], 1.0, 1e-7, 1e-7);
+    assert_near(x[1], 2.0, 1e-7, 1e-7);
+    x[0] = x[1] = 0.0;
+    AddIpoptStrOption(b.problem, "hessian_approximation", (char *)"exact");
+    assert_int_equal(ad_ipopt_solve(&b, x, &obj, NULL, NULL, NULL, NULL, &app), AD_ENOTSUP);
+    assert_true(app != Solve_Succeeded);
+    ad_ipopt_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -511,6 +830,13 @@ int main(void)
         cmocka_unit_test(test_guard_moves_structure),
         cmocka_unit_test(test_guard_shrinks_structure),
         cmocka_unit_test(test_failure_replay),
+        cmocka_unit_test(test_sum_bitwise),
+        cmocka_unit_test(test_sum_threads),
+        cmocka_unit_test(test_sum_hs71),
+        cmocka_unit_test(test_sum_errors),
+        cmocka_unit_test(test_loop),
+        cmocka_unit_test(test_progress),
+        cmocka_unit_test(test_no_hessian),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,13 @@
  * stopping the optimiser; with replay (b.replay), the same solve to the
  * bit with each function called once, guards that flip on the way
  * recorded again, value-only replays recording nothing, and functions a
- * program cannot keep evaluated as without replay. */
+ * program cannot keep evaluated as without replay.  Sums
+ * (ad_nlopt_init_sum): the plain objective's iterates to the bit where the
+ * sum's chunks add up as it does, the same iterates on 1 and 2 threads,
+ * value-only calls through the gradient, a failing term, bad arguments.
+ * An ODE fit through a checkpointed loop, with and without replay, to the
+ * written-out fit's optimum.  The progress hook, called per evaluation,
+ * and stopping NLopt. */
 #include <string.h>
 
 #include <nlopt.h>
@@ -272,7 +278,7 @@ static void test_failure_replay(void **state)
     double x[2] = {1.0, 2.0}, fx, g[2];
     ad_nlopt b;
     (void)state;
-    (void)ad_gradient(failing, NULL, 2, x, &fx, g);  /* keeps a value, unless it has one */
+    if (ad_gradient(failing, NULL, 2, x, &fx, g) != AD_OK) {}  /* keeps a value, unless it has one */
     nlopt_opt opt = nlopt_create(NLOPT_LD_LBFGS, 2);
     assert_int_equal(ad_nlopt_init(&b, opt, failing, NULL, NULL, 2, 0), AD_OK);
     b.replay = 1;
@@ -281,6 +287,215 @@ static void test_failure_replay(void **state)
     assert_int_equal(nlopt_optimize(opt, x, &fx), NLOPT_FORCED_STOP);
     assert_int_equal(b.status, AD_EFOREIGN);
     assert_null(b.program);
+    ad_nlopt_free(&b);
+    nlopt_destroy(opt);
+}
+
+/* ---- sums, loops, progress ---- */
+
+typedef struct lrun {
+    double x[100], fx;
+    nlopt_result result;
+    int evaluations;
+} lrun;
+
+/* NLopt's L-BFGS from x_i = +-1.2 (the first n of x0 if given) on b. */
+static void lbfgs_run(ad_nlopt *b, nlopt_opt opt, size_t n, const double *x0, lrun *r)
+{
+    memset(r, 0, sizeof *r);
+    for (size_t i = 0; i < n; i++)
+        r->x[i] = x0 ? x0[i] : i % 2 ? 1.2 : -1.2;
+    nlopt_set_min_objective(opt, ad_nlopt_scalar, b);
+    nlopt_set_ftol_rel(opt, 1e-15);
+    nlopt_set_xtol_rel(opt, 1e-12);
+    nlopt_set_maxeval(opt, 20000);
+    r->result = nlopt_optimize(opt, r->x, &r->fx);
+    r->evaluations = nlopt_get_numevals(opt);
+}
+
+static void assert_same_lrun(const lrun *a, const lrun *b, size_t n)
+{
+    assert_int_equal(a->result, b->result);
+    assert_int_equal(a->evaluations, b->evaluations);
+    assert_same(a->fx, b->fx);
+    for (size_t i = 0; i < n; i++)
+        assert_same(a->x[i], b->x[i]);
+}
+
+static void run_plain(ad_objective f, void *ctx, size_t n, int replay, const double *x0,
+                      lrun *r)
+{
+    ad_nlopt b;
+    nlopt_opt opt = nlopt_create(NLOPT_LD_LBFGS, (unsigned)n);
+    assert_int_equal(ad_nlopt_init(&b, opt, f, NULL, ctx, n, 0), AD_OK);
+    b.replay = replay;
+    lbfgs_run(&b, opt, n, x0, r);
+    assert_true(r->result > 0);
+    assert_int_equal(b.status, AD_OK);
+    ad_nlopt_free(&b);
+    nlopt_destroy(opt);
+}
+
+static void run_sum(ad_term term, size_t nterms, size_t n, unsigned threads, lrun *r)
+{
+    ad_nlopt b;
+    nlopt_opt opt = nlopt_create(NLOPT_LD_LBFGS, (unsigned)n);
+    assert_int_equal(ad_nlopt_init_sum(&b, opt, term, NULL, nterms, n, threads), AD_OK);
+    lbfgs_run(&b, opt, n, NULL, r);
+    assert_true(r->result > 0);
+    assert_int_equal(b.status, AD_OK);
+    assert_int_equal(b.evaluations, (unsigned long)r->evaluations);
+    ad_nlopt_free(&b);
+    nlopt_destroy(opt);
+}
+
+static void test_sum_bitwise(void **state)
+{
+    static lrun plain, one, two, whole;
+    (void)state;
+    run_plain(rosenbrock, NULL, 18, 0, NULL, &plain);
+    run_sum(rosenbrock_term, 17, 18, 1, &one);
+    run_sum(rosenbrock_term, 17, 18, 2, &two);
+    run_sum(rosenbrock_one_term, 1, 18, 2, &whole);
+    assert_same_lrun(&plain, &one, 18);
+    assert_same_lrun(&plain, &two, 18);
+    assert_same_lrun(&plain, &whole, 18);
+    assert_true(plain.fx < 1e-10);
+}
+
+static void test_sum_threads(void **state)
+{
+    static lrun plain, one, two;
+    (void)state;
+    run_plain(rosenbrock, NULL, 100, 0, NULL, &plain);
+    run_sum(rosenbrock_term, 99, 100, 1, &one);
+    run_sum(rosenbrock_term, 99, 100, 2, &two);
+    assert_same_lrun(&one, &two, 100);
+    assert_true(one.fx < 1e-10);
+    for (size_t i = 0; i < 100; i++)
+        assert_near(one.x[i], plain.x[i], 1e-4, 1e-4);
+}
+
+static void test_sum_callbacks(void **state)
+{
+    const double x[5] = {0.5, -1.0, 1.5, 0.25, 2.0};
+    double g[5];
+    ad_nlopt b;
+    (void)state;
+    nlopt_opt opt = nlopt_create(NLOPT_LD_LBFGS, 5);
+    assert_int_equal(ad_nlopt_init_sum(&b, opt, rosenbrock_term, NULL, 4, 5, 2), AD_OK);
+    double fx = ad_nlopt_scalar(5, x, g, &b);
+    assert_near(fx, value_on_constants(rosenbrock, NULL, 5, x), 1e-15, 0.0);
+    check_gradient_fd(rosenbrock, NULL, 5, x, g);
+    assert_same(ad_nlopt_scalar(5, x, NULL, &b), fx);  /* through the gradient */
+    assert_int_equal(b.status, AD_OK);
+    assert_int_equal(b.evaluations, 2);
+    ad_nlopt_free(&b);
+    nlopt_destroy(opt);
+}
+
+static void test_sum_errors(void **state)
+{
+    double x[10], fx, g[10];
+    size_t bad = 5;
+    ad_nlopt b;
+    (void)state;
+    for (int i = 0; i < 10; i++)
+        x[i] = 0.5;
+    nlopt_opt opt = nlopt_create(NLOPT_LD_LBFGS, 10);
+    assert_int_equal(ad_nlopt_init_sum(&b, opt, NULL, NULL, 9, 10, 1), AD_EINVAL);
+    ad_nlopt_free(&b);  /* nothing to free: harmless */
+    /* a call of another size */
+    assert_int_equal(ad_nlopt_init_sum(&b, opt, rosenbrock_term, NULL, 9, 10, 1), AD_OK);
+    assert_nan(ad_nlopt_scalar(9, x, g, &b));
+    assert_int_equal(b.status, AD_EINVAL);
+    ad_nlopt_free(&b);
+    keep_foreign();
+    for (unsigned threads = 1; threads <= 2; threads++) {
+        assert_int_equal(ad_nlopt_init_sum(&b, opt, failing_term, &bad, 9, 10, threads), AD_OK);
+        nlopt_set_min_objective(opt, ad_nlopt_scalar, &b);
+        nlopt_set_maxeval(opt, 100);
+        for (int i = 0; i < 10; i++)
+            x[i] = 0.5;
+        assert_int_equal(nlopt_optimize(opt, x, &fx), NLOPT_FORCED_STOP);
+        assert_int_equal(b.status, AD_EFOREIGN);
+        assert_int_equal(b.evaluations, 0);
+        assert_int_equal(b.stopped, 0);
+        ad_nlopt_free(&b);
+    }
+    nlopt_destroy(opt);
+}
+
+static void test_loop(void **state)
+{
+    static ode_fit o;
+    static lrun u, l, rp;
+    const double x0[2] = {1.6, 0.5};
+    (void)state;
+    ode_fit_init(&o, 0);
+    run_plain(ode_unrolled, &o, 2, 0, x0, &u);
+    run_plain(ode_looped, &o, 2, 0, x0, &l);
+    o.calls.f = 0;
+    run_plain(ode_looped, &o, 2, 1, x0, &rp);
+    assert_int_equal(o.calls.f, 1);  /* recorded once, the loop kept as a call */
+    assert_true(u.fx < 1e-14 && l.fx < 1e-14);
+    assert_near(u.x[0], ODE_K, 1e-6, 0.0);
+    assert_near(u.x[1], ODE_C, 1e-6, 0.0);
+    assert_near(l.x[0], ODE_K, 1e-6, 0.0);
+    assert_near(l.x[1], ODE_C, 1e-6, 0.0);
+    assert_same_lrun(&l, &rp, 2);
+    /* value-only calls run the loop on constants */
+    ad_nlopt b;
+    nlopt_opt opt = nlopt_create(NLOPT_LN_NELDERMEAD, 2);
+    assert_int_equal(ad_nlopt_init(&b, opt, ode_looped, NULL, &o, 2, 0), AD_OK);
+    const double at[2] = {1.7, 0.45};
+    assert_same(ad_nlopt_scalar(2, at, NULL, &b), value_on_constants(ode_unrolled, &o, 2, at));
+    ad_nlopt_free(&b);
+    nlopt_destroy(opt);
+}
+
+static void test_progress(void **state)
+{
+    static hook_log h;
+    static lrun r;
+    ad_nlopt b;
+    (void)state;
+    memset(&h, 0, sizeof h);
+    nlopt_opt opt = nlopt_create(NLOPT_LD_LBFGS, 4);
+    assert_int_equal(ad_nlopt_init(&b, opt, rosenbrock, NULL, NULL, 4, 0), AD_OK);
+    b.progress = log_progress;
+    b.progress_ctx = &h;
+    lbfgs_run(&b, opt, 4, NULL, &r);
+    assert_true(r.result > 0);
+    assert_int_equal(b.stopped, 0);
+    /* once per evaluation, each with f and |g| there */
+    assert_int_equal(h.calls, r.evaluations);
+    check_hook_log(&h, rosenbrock, NULL, 4, 1);
+    for (long c = 0; c < h.calls; c++)
+        assert_int_equal(h.evaluations[c], (unsigned long)c + 1);
+    /* stopped at the fifth */
+    memset(&h, 0, sizeof h);
+    h.stop_at = 5;
+    b.evaluations = 0;
+    lbfgs_run(&b, opt, 4, NULL, &r);
+    assert_int_equal(r.result, NLOPT_FORCED_STOP);
+    assert_int_equal(b.stopped, 1);
+    assert_int_equal(b.status, AD_OK);
+    assert_int_equal(h.calls, 5);
+    ad_nlopt_free(&b);
+    nlopt_destroy(opt);
+    /* derivative-free: value-only calls, gnorm NaN */
+    memset(&h, 0, sizeof h);
+    opt = nlopt_create(NLOPT_LN_NELDERMEAD, 4);
+    assert_int_equal(ad_nlopt_init(&b, opt, rosenbrock, NULL, NULL, 4, 0), AD_OK);
+    b.progress = log_progress;
+    b.progress_ctx = &h;
+    h.stop_at = 7;
+    lbfgs_run(&b, opt, 4, NULL, &r);
+    assert_int_equal(r.result, NLOPT_FORCED_STOP);
+    assert_int_equal(h.calls, 7);
+    check_hook_log(&h, rosenbrock, NULL, 4, 1);
+    assert_nan(h.gnorm[0]);
     ad_nlopt_free(&b);
     nlopt_destroy(opt);
 }
@@ -296,6 +511,12 @@ int main(void)
         cmocka_unit_test(test_unkept),
         cmocka_unit_test(test_callbacks_replay),
         cmocka_unit_test(test_failure_replay),
+        cmocka_unit_test(test_sum_bitwise),
+        cmocka_unit_test(test_sum_threads),
+        cmocka_unit_test(test_sum_callbacks),
+        cmocka_unit_test(test_sum_errors),
+        cmocka_unit_test(test_loop),
+        cmocka_unit_test(test_progress),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

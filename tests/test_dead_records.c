@@ -209,7 +209,7 @@ static ad_real matrix_dead_row(const ad_real *z, size_t n, void *ctx)
     ad_real A[4] = {z[0], z[1], z[2], z[3]}, y[2];
     const double x[2] = {2.0, INFINITY};
     ad_mat M;
-    ad_mat_record(2, 2, A, &M);
+    status_unused(ad_mat_record(2, 2, A, &M));
     ad_mat_vec_rd(&M, x, y);
     return ad_mul(y[0], 1.0);
 }
@@ -335,7 +335,7 @@ static void mat_inf_f(const ad_real *z, size_t n, ad_real *y, size_t m, void *ct
         y[0] = ad_dot(2, A, x);
     } else {
         ad_mat M;
-        ad_mat_record(1, 2, A, &M);
+        status_unused(ad_mat_record(1, 2, A, &M));
         ad_mat_vec_rr(&M, x, y);
     }
     y[1] = ad_add(z[0], z[1]);

@@ -403,7 +403,8 @@ static void test_strerror(void **state)
     static const ad_status all[] = {AD_OK,        AD_EINVAL,   AD_ENOMEM,
                                     AD_ERANGE,    AD_ENESTING, AD_EFOREIGN,
                                     AD_EBUSY,     AD_ENOTSUP,  AD_ENONFINITE,
-                                    AD_ESTRUCTURE, AD_EOVERFLOW};
+                                    AD_ESTRUCTURE, AD_EOVERFLOW, AD_EBRANCH,
+                                    AD_ENOTPOSDEF};
     enum { COUNT = sizeof all / sizeof all[0] };
     (void)state;
     for (int i = 0; i < COUNT; i++) {

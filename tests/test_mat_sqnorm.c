@@ -214,7 +214,7 @@ static void test_records(void **state)
     for (int fused = 0; fused < 2; fused++) {
         norm_case nc = {8, 8, AD__FULL, 0, fused, c};
         assert_int_equal(ad_gradient(norm_objective, &nc, 64, z, &fx, g), AD_OK);
-        ad_tape_stats_get(&st[fused]);
+        assert_int_equal(ad_tape_stats_get(&st[fused]), AD_OK);
     }
     /* a header and 8 slots, a header and 4 slots; against a header and 1 */
     assert_int_equal(st[0].records - st[1].records, PTS * (1 + 8 + 1 + 4 - 2));

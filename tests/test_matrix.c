@@ -617,7 +617,7 @@ static ad_real inf_objective(const ad_real *z, size_t n, void *ctx)
     if (c->how == 3)
         A[2] = z[6];
     if (c->how == 0 || c->how == 3) {
-        ad_mat_record(3, 3, A, &M);
+        status_unused(ad_mat_record(3, 3, A, &M));
         ad_mat_vec_rd(&M, xd, y);
     } else if (c->how == 1) {
         ad_matvec_rr(3, 3, A, x, y);
@@ -1659,8 +1659,8 @@ static void two_f(const ad_real *z, size_t n, ad_real *y, size_t m, void *ctx)
         unrolled_mv(2, 2, z + 12, z + 16, y + 3);
         return;
     }
-    ad_mat_record(3, 3, L, &ML);
-    ad_mat_record(2, 2, z + 12, &MN);
+    status_unused(ad_mat_record(3, 3, L, &ML));
+    status_unused(ad_mat_record(2, 2, z + 12, &MN));
     ad_mat_vec_rr(&ML, z + 9, y);
     ad_mat_vec_rr(&MN, z + 16, y + 3);
 }

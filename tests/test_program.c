@@ -678,7 +678,7 @@ static void step_external(size_t k, const ad_real *s, ad_real *next, size_t n,
     double h = step_h(ctx, k);
     ad_real d[2];
     (void)n, (void)np;
-    ad_external(&ext_full, c->ext, 2, s, 2, d);
+    status_unused(ad_external(&ext_full, c->ext, 2, s, 2, d));
     next[0] = ad_add(ad_mul(d[0], 1.0 - h), ad_mul(h, p[0]));
     next[1] = ad_mul(d[1], ad_add(1.0 - h, ad_mul(h, p[0])));
 }
@@ -692,7 +692,7 @@ static void step_bad(size_t k, const ad_real *s, ad_real *next, size_t n, const 
     double h = step_h(ctx, k);
     ad_real d[2];
     (void)n, (void)np;
-    ad_external(ad_value(s[0]) > c->bad_from ? NULL : &ext_full, c->ext, 2, s, 2, d);
+    status_unused(ad_external(ad_value(s[0]) > c->bad_from ? NULL : &ext_full, c->ext, 2, s, 2, d));
     next[0] = ad_add(d[0], ad_mul(h, p[0]));
     next[1] = d[1];
 }
@@ -711,7 +711,7 @@ static ad_real ext_alone(const ad_real *x, size_t n, void *ctx)
     ad_real y[2];
     (void)n, (void)ctx;
     call_f_calls++;
-    ad_external(&ext_full, &ext_A, 3, x, 2, y);
+    status_unused(ad_external(&ext_full, &ext_A, 3, x, 2, y));
     return y[1];
 }
 
@@ -721,7 +721,7 @@ static ad_real loop_alone(const ad_real *x, size_t n, void *ctx)
     ad_real s[2];
     (void)n, (void)ctx;
     call_f_calls++;
-    ad_checkpointed_loop(step_ode, &steps_c, 7, 0, 2, x, 2, x + 2, s);
+    status_unused(ad_checkpointed_loop(step_ode, &steps_c, 7, 0, 2, x, 2, x + 2, s));
     return s[0];
 }
 
@@ -734,12 +734,12 @@ static ad_real loop_alone(const ad_real *x, size_t n, void *ctx)
 static ad_real calls_mixed_T(const ad_real *x)
 {
     ad_real u[3] = {ad_mul(x[0], x[1]), ad_sin(x[2]), x[0]}, a[2], b, c[3], s[2];
-    ad_external(&ext_full, &ext_A, 3, u, 2, a);
+    status_unused(ad_external(&ext_full, &ext_A, 3, u, 2, a));
     ad_real w[4] = {a[0], ad_const(0.75), x[3], a[0]};
-    ad_external(&ext_full, &ext_B, 4, w, 1, &b);
+    status_unused(ad_external(&ext_full, &ext_B, 4, w, 1, &b));
     ad_real s0[2] = {a[1], ad_mul(b, 0.1)}, p[2] = {x[4], ad_const(0.5)};
-    ad_checkpointed_loop(step_ode, &steps_c, 5, 2, 2, s0, 2, p, s);
-    ad_external(&ext_full, &ext_C, 1, &s[0], 3, c);
+    status_unused(ad_checkpointed_loop(step_ode, &steps_c, 5, 2, 2, s0, 2, p, s));
+    status_unused(ad_external(&ext_full, &ext_C, 1, &s[0], 3, c));
     ad_real e[3] = {c[0], s[1], x[5]};
     ad_real t = ad_add(ad_mul(c[0], x[5]), ad_dot(3, e, e));
     t = ad_add(t, ad_select_lt(s[1], x[5], ad_mul(c[2], s[1]), ad_sum(3, e)));
@@ -761,13 +761,13 @@ static void calls_vector(const ad_real *x, size_t n, ad_real *y, size_t m, void 
     ad_real d[2], s[3], e;
     (void)n, (void)m, (void)ctx;
     call_f_calls++;
-    ad_external(&ext_full, &ext_D, 2, x, 2, d);
+    status_unused(ad_external(&ext_full, &ext_D, 2, x, 2, d));
     y[0] = d[0];
     ad_real s0[3] = {d[1], x[2], ad_const(0.3)};
-    ad_checkpointed_loop(step_plain, &steps_c, 4, 1, 3, s0, 0, NULL, s);
+    status_unused(ad_checkpointed_loop(step_plain, &steps_c, 4, 1, 3, s0, 0, NULL, s));
     y[1] = s[0];
     ad_real ein[2] = {s[2], x[4]};
-    ad_external(&ext_full, &ext_E, 2, ein, 1, &e);
+    status_unused(ad_external(&ext_full, &ext_E, 2, ein, 1, &e));
     y[2] = ad_add(ad_mul(s[1], x[3]), e);
     y[3] = ad_const(2.5);
     y[4] = calls_mixed_T(x);
@@ -779,7 +779,7 @@ static ad_real guarded_loop(const ad_real *x, size_t n, void *ctx)
     ad_real s[2];
     (void)n, (void)ctx;
     call_f_calls++;
-    ad_checkpointed_loop(step_guarded, &steps_c, 6, 2, 2, x, 1, x + 2, s);
+    status_unused(ad_checkpointed_loop(step_guarded, &steps_c, 6, 2, 2, x, 1, x + 2, s));
     return ad_add(s[0], ad_mul(s[1], x[2]));
 }
 
@@ -790,8 +790,8 @@ static ad_real loop_of_external(const ad_real *x, size_t n, void *ctx)
     ad_real s[2], e;
     (void)n, (void)ctx;
     call_f_calls++;
-    ad_checkpointed_loop(step_external, &steps_c, 5, 0, 2, x, 1, x + 2, s);
-    ad_external(&ext_full, &ext_E, 2, s, 1, &e);
+    status_unused(ad_checkpointed_loop(step_external, &steps_c, 5, 0, 2, x, 1, x + 2, s));
+    status_unused(ad_external(&ext_full, &ext_E, 2, s, 1, &e));
     return ad_mul(e, ad_cos(x[1]));
 }
 
@@ -800,7 +800,7 @@ static void step_of_loop(size_t k, const ad_real *s, ad_real *next, size_t n, co
                          size_t np, void *ctx)
 {
     (void)k;
-    ad_checkpointed_loop(step_ode, ctx, 3, 0, n, s, np, p, next);
+    status_unused(ad_checkpointed_loop(step_ode, ctx, 3, 0, n, s, np, p, next));
 }
 
 /* Loops in a loop, whose state array is both state0 and stateN. */
@@ -809,7 +809,7 @@ static ad_real loop_of_loops(const ad_real *x, size_t n, void *ctx)
     ad_real s[2] = {x[0], x[1]};
     (void)n, (void)ctx;
     call_f_calls++;
-    ad_checkpointed_loop(step_of_loop, &steps_c, 4, 2, 2, s, 2, x + 2, s);
+    status_unused(ad_checkpointed_loop(step_of_loop, &steps_c, 4, 2, 2, s, 2, x + 2, s));
     return ad_mul(s[0], ad_exp(s[1]));
 }
 
@@ -821,7 +821,7 @@ static ad_real guard_on_call(const ad_real *x, size_t n, void *ctx)
     ad_real e;
     (void)n, (void)ctx;
     call_f_calls++;
-    ad_external(&ext_full, &ext_E, 2, x, 1, &e);
+    status_unused(ad_external(&ext_full, &ext_E, 2, x, 1, &e));
     return ad_lt(e, 0.0) ? ad_mul(e, x[0]) : ad_sin(e);
 }
 
@@ -831,7 +831,7 @@ static ad_real ext_without_jvp(const ad_real *x, size_t n, void *ctx)
     ad_real e;
     (void)n, (void)ctx;
     call_f_calls++;
-    ad_external(&ext_vjp_only, &ext_E, 2, x, 1, &e);
+    status_unused(ad_external(&ext_vjp_only, &ext_E, 2, x, 1, &e));
     return ad_mul(e, ad_sin(x[0]));
 }
 
@@ -840,7 +840,7 @@ static ad_real ext_without_hvp(const ad_real *x, size_t n, void *ctx)
     ad_real g;
     (void)n, (void)ctx;
     call_f_calls++;
-    ad_external(&ext_no_hvp, &ext_G, 3, x, 1, &g);
+    status_unused(ad_external(&ext_no_hvp, &ext_G, 3, x, 1, &g));
     return ad_add(g, ad_mul(x[0], x[1]));
 }
 
@@ -850,7 +850,7 @@ static ad_real ext_recording_rule(const ad_real *x, size_t n, void *ctx)
     ad_real y;
     (void)n, (void)ctx;
     call_f_calls++;
-    ad_external(&recording_rule, NULL, 2, x, 1, &y);
+    status_unused(ad_external(&recording_rule, NULL, 2, x, 1, &y));
     return ad_mul(y, ad_cos(x[1]));
 }
 
@@ -1999,9 +1999,9 @@ static ad_real with_calls(const ad_real *x, size_t n, void *ctx)
     ad_real e, s[2];
     (void)n;
     ++*calls;
-    ad_external(&ext_full, &ext_E, 2, x, 1, &e);
+    status_unused(ad_external(&ext_full, &ext_E, 2, x, 1, &e));
     ad_real s0[2] = {e, x[1]};
-    ad_checkpointed_loop(step_ode, &steps_c, 3, 0, 2, s0, 2, x, s);
+    status_unused(ad_checkpointed_loop(step_ode, &steps_c, 3, 0, 2, s0, 2, x, s));
     return ad_add(s[0], ad_mul(s[1], x[0]));
 }
 
@@ -2704,7 +2704,7 @@ static ad_real uses_external(const ad_real *x, size_t n, void *ctx)
 {
     ad_real y;
     (void)n, (void)ctx;
-    ad_external(&double_rule, NULL, 2, x, 1, &y);
+    status_unused(ad_external(&double_rule, NULL, 2, x, 1, &y));
     return ad_mul(y, x[0]);
 }
 
@@ -2713,7 +2713,7 @@ static ad_real uses_recorded_matrix(const ad_real *x, size_t n, void *ctx)
     ad_mat M;
     ad_real A[4] = {x[0], x[1], ad_mul(x[1], 2.0), x[0]}, y[2];
     (void)n, (void)ctx;
-    ad_mat_make(2, 2, A, &M);
+    status_unused(ad_mat_make(2, 2, A, &M));
     ad_mat_vec(&M, x, y);
     return ad_add(y[0], y[1]);
 }
@@ -2724,7 +2724,7 @@ static ad_real uses_wrapped_matrix(const ad_real *x, size_t n, void *ctx)
     ad_mat M;
     ad_real s;
     (void)n, (void)ctx;
-    ad_mat_make(2, 2, A, &M);
+    status_unused(ad_mat_make(2, 2, A, &M));
     ad_mat_sqnorm(&M, x, &s);
     return s;
 }
@@ -2740,7 +2740,7 @@ static ad_real uses_loop(const ad_real *x, size_t n, void *ctx)
 {
     ad_real s;
     (void)n, (void)ctx;
-    ad_checkpointed_loop(loop_step, NULL, 6, 0, 1, &x[0], 1, &x[1], &s);
+    status_unused(ad_checkpointed_loop(loop_step, NULL, 6, 0, 1, &x[0], 1, &x[1], &s));
     return s;
 }
 
@@ -2794,7 +2794,7 @@ static ad_real nested_gradient(const ad_real *x, size_t n, void *ctx)
 {
     ad_real fx, g[2];
     (void)ctx;
-    ad_gradient_r(inner_abs, NULL, n, x, &fx, g);
+    status_unused(ad_gradient_r(inner_abs, NULL, n, x, &fx, g));
     return ad_add(g[1], ad_mul(fx, 0.0));
 }
 
@@ -2808,7 +2808,7 @@ static ad_real nested_jvp(const ad_real *x, size_t n, void *ctx)
 {
     ad_real y, jv, v[2] = {ad_const(0.0), ad_const(1.0)};
     (void)ctx;
-    ad_jvp_r(inner_abs_fn, NULL, n, x, v, 1, &y, &jv);
+    status_unused(ad_jvp_r(inner_abs_fn, NULL, n, x, v, 1, &y, &jv));
     return jv;
 }
 
@@ -2817,7 +2817,7 @@ static ad_real nested_from_constants(const ad_real *x, size_t n, void *ctx)
 {
     ad_real fx, g[2], c[2] = {ad_const(2.0), ad_const(-3.0)};
     (void)ctx;
-    ad_gradient_r(inner_abs, NULL, n, c, &fx, g);
+    status_unused(ad_gradient_r(inner_abs, NULL, n, c, &fx, g));
     return ad_mul(x[0], g[1]);
 }
 
@@ -2839,8 +2839,8 @@ static void test_unsupported_nested(void **state)
         if (s != AD_ENOTSUP) {
             double fp, fd, gp[2], gd[2], z[2] = {1.0, -1.0};
             if (s == AD_OK) {
-                ad_program_gradient(P, z, &fp, gp);
-                ad_gradient(fs[i], NULL, 2, z, &fd, gd);
+                status_unused(ad_program_gradient(P, z, &fp, gp));
+                status_unused(ad_gradient(fs[i], NULL, 2, z, &fd, gd));
                 print_error("%s inside f: recorded; at (1, -1) the replay gives %g, f %g\n",
                             names[i], fp, fd);
                 ad_program_free(P);
@@ -2958,8 +2958,8 @@ static void test_unsupported_hand_made_input(void **state)
     ad_status s = ad_program_record(hand_input_output, NULL, 2, x, &P);
     if (s == AD_OK) {
         double fp;
-        ad_program_value(P, x, &fp);
-        ad_gradient(hand_input_output, NULL, 2, x, &fx, g);
+        status_unused(ad_program_value(P, x, &fp));
+        status_unused(ad_gradient(hand_input_output, NULL, 2, x, &fx, g));
         print_error("recorded: the program's value %g, f's %g\n", fp, fx);
         ad_program_free(P);
     }
@@ -3631,9 +3631,9 @@ static ad_real ctx_calls(const ad_real *x, size_t n, void *ctx)
     const rule_pick *r = ctx;
     ad_real g, s[2];
     (void)n;
-    ad_external(r->rule, &ext_read, 3, x, 1, &g);
+    status_unused(ad_external(r->rule, &ext_read, 3, x, 1, &g));
     ad_real s0[2] = {g, x[1]};
-    ad_checkpointed_loop(step_external, &steps_read, 4, 0, 2, s0, 1, x + 2, s);
+    status_unused(ad_checkpointed_loop(step_external, &steps_read, 4, 0, 2, s0, 1, x + 2, s));
     return ad_add(ad_mul(s[0], x[0]), s[1]);
 }
 
@@ -3645,7 +3645,7 @@ static ad_real baked_call(const ad_real *x, size_t n, void *ctx)
 {
     ad_real k = ad_const(0.5), c[3];
     (void)n, (void)ctx;
-    ad_external(&ext_full, &ext_baked, 1, &k, 3, c);
+    status_unused(ad_external(&ext_full, &ext_baked, 1, &k, 3, c));
     return ad_add(ad_mul(x[0], c[1]), c[2]);
 }
 
@@ -3719,7 +3719,7 @@ static ad_real ext_of_ctx(const ad_real *x, size_t n, void *ctx)
 {
     ad_real e;
     (void)n;
-    ad_external(&ext_full, ctx, 2, x, 1, &e);
+    status_unused(ad_external(&ext_full, ctx, 2, x, 1, &e));
     return ad_add(ad_mul(e, x[1]), ad_sin(x[0]));
 }
 
@@ -3729,7 +3729,7 @@ static ad_real bad_loop(const ad_real *x, size_t n, void *ctx)
 {
     ad_real s[2];
     (void)n, (void)ctx;
-    ad_checkpointed_loop(step_bad, &steps_bad, 4, 2, 2, x, 1, x + 2, s);
+    status_unused(ad_checkpointed_loop(step_bad, &steps_bad, 4, 2, 2, x, 1, x + 2, s));
     return ad_mul(s[0], ad_add(s[1], 1.0));
 }
 

@@ -79,7 +79,7 @@ static ad_real product_norm(const ad_real *x, size_t n, void *ctx)
     ad_mat M;
     ad_real y[PM];
     (void)n, (void)ctx;
-    ad_mat_make(PM, PM, x, &M);
+    status_unused(ad_mat_make(PM, PM, x, &M));
     ad_mat_vec(&M, x + PM * PM, y);
     return ad_mul(0.5, ad_sqnorm(PM, y));
 }
@@ -298,7 +298,7 @@ typedef struct loop_case {
 static void run_steps(const loop_case *L, const ad_real *x, ad_real *sN)
 {
     if (L->loop) {
-        ad_checkpointed_loop(sqrt_step, NULL, L->steps, L->snaps, 2, x, 0, NULL, sN);
+        status_unused(ad_checkpointed_loop(sqrt_step, NULL, L->steps, L->snaps, 2, x, 0, NULL, sN));
         return;
     }
     ad_real s[2] = {x[0], x[1]}, next[2];
@@ -574,7 +574,7 @@ static ad_real overflowing_product(const ad_real *x, size_t n, void *ctx)
     ad_real y[2];
     (void)n, (void)ctx;
     ad_where("the product");
-    ad_mat_make(2, 2, x, &M);
+    status_unused(ad_mat_make(2, 2, x, &M));
     ad_mat_vec(&M, x + 4, y);
     ad_where(NULL);
     return ad_add(y[0], y[1]);

@@ -645,7 +645,7 @@ static ad_real faulty_term(size_t i, const ad_real *x, size_t n, void *ctx)
         case F_NONFINITE: t = ad_add(t, ad_log(ad_mul(-1.0, ad_exp(x[0])))); break;
         default: {
             ad_real y;
-            (void)ad_external(&twice_rule, NULL, 1, x, 1, &y);
+            status_unused(ad_external(&twice_rule, NULL, 1, x, 1, &y));
             t = ad_add(t, y);
             break;
         }
@@ -945,7 +945,7 @@ static ad_real deep_objective(const ad_real *x, size_t n, void *ctx)
     (void)n;
     if (d->levels-- > 0) {
         double xv = ad_value(x[0]), fx, g;
-        (void)ad_gradient(deep_objective, d, 1, &xv, &fx, &g);
+        status_unused(ad_gradient(deep_objective, d, 1, &xv, &fx, &g));
     } else {
         d->status = call_sum(0, logistic_term, &d->e->L, ERR_TERMS, LOG_D, d->e->x, d->e->v,
                              &d->r, 2);

@@ -317,26 +317,26 @@ static ad_real one_kind(const ad_real *x, size_t n, void *ctx)
         r = y[1];
         break;
     case 10:
-        ad_external(&rule, NULL, 2, a, 1, y);
+        status_unused(ad_external(&rule, NULL, 2, a, 1, y));
         r = y[0];
         break;
     case 11: {
         const ad_real A[4] = {x[0], x[1], b->saved[1], x[0]};
-        ad_mat_record(2, 2, A, &M);
+        status_unused(ad_mat_record(2, 2, A, &M));
         ad_mat_vec(&M, x, y);
         r = y[0];
         break;
     }
     case 12: {
         const ad_real A[4] = {x[0], x[1], x[1], x[0]};
-        ad_mat_record(2, 2, A, &M);
+        status_unused(ad_mat_record(2, 2, A, &M));
         ad_mat_vec(&M, a, y);
         r = y[0];
         break;
     }
     case 13: {
         const double A[4] = {1, 2, 3, 4};
-        ad_mat_wrap(2, 2, A, &M);
+        status_unused(ad_mat_wrap(2, 2, A, &M));
         ad_mat_vec(&M, a, y);
         r = y[1];
         break;
@@ -450,7 +450,7 @@ static ad_real uses(const ad_real *x, size_t n, void *ctx)
 static void *first_thread(void *p)
 {
     double x = 2.0, fx, g;
-    ad_gradient(makes, p, 1, &x, &fx, &g);
+    status_unused(ad_gradient(makes, p, 1, &x, &fx, &g));
     return NULL;
 }
 

@@ -209,7 +209,8 @@ static T NAME(gmm_prim)(const gmm_problem *p, size_t i0, size_t i1, int global,
       *y = frob + K, *lse = y + e;
     for (size_t k = 0; k < K; k++) {
         NAME(gmm_affine)(d, mu + k * d, icf + k * s, A + k * e * e);
-        ad_mat_make(e, e, A + k * e * e, &mats[k]);
+        if (ad_mat_make(e, e, A + k * e * e, &mats[k]) != AD_OK)
+            return ad_mul(NAN, params[0]);  /* the recording keeps the error */
         sumq[k] = ad_sum(d, icf + k * s);
         c[k] = ad_add(alpha[k], sumq[k]);
     }

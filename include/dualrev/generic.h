@@ -92,6 +92,18 @@ static inline double ad__plain_value(double x) { return x; }
                                       const ad_real *: ad_mat_sqnorm_rr,               \
                                       default: ad_mat_sqnorm_rd),                      \
              default: ad_mat_sqnorm_d)((M), (x), (s))
+/* C = A B + bias 1^T and C = op(A): out's type picks the form, and with an
+ * ad_real out the bias may be either (or NULL). */
+#define ad_mat_mul(A, B, bias, out, C)                                                 \
+    _Generic((out), ad_real *: _Generic((bias), ad_real *: ad_mat_mul_rr,              \
+                                        const ad_real *: ad_mat_mul_rr,                \
+                                        default: ad_mat_mul_rd),                       \
+             default: ad_mat_mul_d)((A), (B), (bias), (out), (C))
+#define ad_mat_map(op, A, out, C)                                                      \
+    _Generic((out), ad_real *: ad_mat_map_r, default: ad_mat_map_d)((op), (A), (out), (C))
+#define ad_mat_map_fn(fn, ctx, A, out, C)                                              \
+    _Generic((out), ad_real *: ad_mat_map_fn_r,                                        \
+             default: ad_mat_map_fn_d)((fn), (ctx), (A), (out), (C))
 
 /* The constant c as a T, for generic code compiled with T = double and with
  * T = ad_real: AD_CONST(T, 0.5). */

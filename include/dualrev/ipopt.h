@@ -49,7 +49,31 @@
  * starts and by ad_ipopt_free.  A value-only call fails too where its
  * replay does.  Replay pays where f and g do much besides their
  * operations; for straight-line code a replay costs more than calling
- * them (examples/ipopt_pendulum.c --replay). */
+ * them (examples/ipopt_pendulum.c --replay).
+ *
+ * Sums: ad_ipopt_init_sum takes the objective as a sum of terms
+ * (ad_term, as ad_gradient_sum takes it, on `threads` threads): its value
+ * and gradient are one ad_gradient_sum each (the library has no
+ * value-only sum: Ipopt's value-only call takes the gradient too and
+ * drops it).  There is no sparse Hessian of a sum: the bridge sets
+ * "hessian_approximation" to "limited-memory" (Ipopt's L-BFGS), and a
+ * solve told otherwise stops with AD_ENOTSUP at Ipopt's first Hessian.
+ * Replay keeps g's program; the sum itself is not kept as a program.
+ *
+ * Without an exact Hessian: where ad_sparse_hessian of the Lagrangian
+ * returns AD_ENOTSUP at x0 (an external function whose rule has no hvp, a
+ * checkpointed loop where the library cannot take its sparse Hessian),
+ * ad_ipopt_init does the same as for a sum: b.hessian is 0 and Ipopt
+ * approximates it ("limited-memory"); set back to "exact", the solve
+ * stops with AD_ENOTSUP.  b.hessian is 1 where the exact Hessian is
+ * there.
+ *
+ * Progress: b.progress (dualrev/bridge.h), if set, is called from Ipopt's
+ * intermediate callback at each iteration (0: the start point) with the
+ * objective and Ipopt's inf_pr and inf_du (gnorm and x are not given: the
+ * C interface of Ipopt 3.11 has no current iterate); a nonzero return
+ * stops the solve (User_Requested_Stop) and sets b.stopped, the status
+ * staying AD_OK. */
 #ifndef DUALREV_IPOPT_H
 #define DUALREV_IPOPT_H
 
@@ -60,6 +84,7 @@
 #include <time.h>
 
 #include <dualrev.h>
+#include <dualrev/bridge.h>
 #include <IpStdCInterface.h>
 
 AD__EXTERN_C_BEGIN
@@ -83,6 +108,14 @@ typedef struct ad_ipopt {
     ad_csr lhess;          /* lprog's Hessian over (x, sigma, lambda): its structure, its values */
     double *xw;            /* x, sigma, lambda: lprog's inputs (n + 1 + m numbers) */
     int unkept;            /* 1: g, 2: the Lagrangian cannot be kept; evaluated without replay */
+    ad_term term;          /* a sum of nterms terms in place of f (ad_ipopt_init_sum) */
+    size_t nterms;
+    unsigned threads;      /* ad_gradient_sum's threads */
+    int hessian;           /* 1: exact Hessians (hess); 0: Ipopt's limited-memory approximation */
+    ad_progress_fn progress; /* NULL, or called at each iteration (above) */
+    void *progress_ctx;
+    int stopped;           /* 1: progress stopped the last solve */
+    unsigned long evaluations; /* objective evaluations (value or gradient), last solve */
 } ad_ipopt;
 
 /* Wall time in seconds (C11's timespec_get), for eval_seconds. */
@@ -139,7 +172,10 @@ static inline Bool ad__ipopt_f(Index n, Number *x, Bool new_x, Number *obj, User
         return 0;
     double t0 = ad__ipopt_now();
     ad_status s = AD_OK;
-    if (b->replay) {
+    b->evaluations++;
+    if (b->term) {  /* no value-only sum: through the gradient, into work */
+        s = ad_gradient_sum(b->term, b->ctx, b->nterms, (size_t)n, x, obj, b->work, b->threads);
+    } else if (b->replay) {
         s = ad_program_evaluate(&b->fprog, b->f, b->ctx, (size_t)n, x, obj, NULL);
     } else {
         for (Index i = 0; i < n; i++)
@@ -159,9 +195,14 @@ static inline Bool ad__ipopt_grad_f(Index n, Number *x, Bool new_x, Number *grad
     if (b->status != AD_OK)
         return 0;
     double t0 = ad__ipopt_now();
-    ad_status s = b->replay
-                      ? ad_program_evaluate(&b->fprog, b->f, b->ctx, (size_t)n, x, &fx, grad)
-                      : ad_gradient(b->f, b->ctx, (size_t)n, x, &fx, grad);
+    ad_status s;
+    b->evaluations++;
+    if (b->term)
+        s = ad_gradient_sum(b->term, b->ctx, b->nterms, (size_t)n, x, &fx, grad, b->threads);
+    else if (b->replay)
+        s = ad_program_evaluate(&b->fprog, b->f, b->ctx, (size_t)n, x, &fx, grad);
+    else
+        s = ad_gradient(b->f, b->ctx, (size_t)n, x, &fx, grad);
     b->eval_seconds += ad__ipopt_now() - t0;
     return s == AD_OK || ad__ipopt_fail(b, s);
 }
@@ -170,7 +211,7 @@ static inline Bool ad__ipopt_grad_f(Index n, Number *x, Bool new_x, Number *grad
  * from its program: recorded at x first if there is none, and again at x
  * when a guard fails there.  AD_ENOTSUP (unkept bit 1 set) when g cannot
  * be kept. */
-static inline ad_status ad__ipopt_g_program(ad_ipopt *b, const double *x, double *y, ad_csr *J)
+AD_NODISCARD static inline ad_status ad__ipopt_g_program(ad_ipopt *b, const double *x, double *y, ad_csr *J)
 {
     for (int again = 0;; again = 1) {
         ad_status s = AD_OK;
@@ -227,7 +268,7 @@ static inline void ad__ipopt_structure(const ad_csr *A, Index *row, Index *col)
 /* J's entries written into the fixed structure A (both rows' columns
  * ascending): 0 where the point reaches fewer entries than A's start
  * point did, AD_ESTRUCTURE where it reaches one outside A. */
-static inline ad_status ad__ipopt_scatter(const ad_csr *A, const ad_csr *J, Number *values)
+AD_NODISCARD static inline ad_status ad__ipopt_scatter(const ad_csr *A, const ad_csr *J, Number *values)
 {
     for (size_t r = 0; r < A->rows; r++) {
         size_t k = J->row_ptr[r];
@@ -275,7 +316,7 @@ static inline Bool ad__ipopt_jac_g(Index n, Number *x, Bool new_x, Index m, Inde
  * fails, its structure (lhess) taken then.  AD_ENOTSUP (unkept bit 2 set)
  * when L cannot be kept; AD_ESTRUCTURE when its x block reaches an entry
  * outside b->hess. */
-static inline ad_status ad__ipopt_h_program(ad_ipopt *b, const double *x, double sigma,
+AD_NODISCARD static inline ad_status ad__ipopt_h_program(ad_ipopt *b, const double *x, double sigma,
                                             const double *lambda, Number *values)
 {
     size_t n = b->n, m = b->m;
@@ -314,6 +355,8 @@ static inline Bool ad__ipopt_h(Index n, Number *x, Bool new_x, Number obj_factor
     }
     if (b->status != AD_OK)
         return 0;
+    if (!b->hessian)  /* a sum, or no Hessian at x0: Ipopt was told limited-memory */
+        return ad__ipopt_fail(b, AD_ENOTSUP);
     double t0 = ad__ipopt_now();
     ad_status s = AD_ENOTSUP;
     if (b->replay && !(b->unkept & 2))
@@ -336,10 +379,27 @@ static inline Bool ad__ipopt_iteration(Index alg_mod, Index iter, Number obj, Nu
                                        Number alpha_pr, Index ls_trials, UserDataPtr data)
 {
     ad_ipopt *b = (ad_ipopt *)data;
-    (void)alg_mod, (void)obj, (void)inf_pr, (void)inf_du, (void)mu, (void)d_norm;
+    (void)alg_mod, (void)mu, (void)d_norm;
     (void)regularization_size, (void)alpha_du, (void)alpha_pr, (void)ls_trials;
     b->iterations = iter;
-    return b->status == AD_OK;
+    if (b->status != AD_OK)
+        return 0;
+    if (b->progress) {
+        ad_progress p;
+        p.iteration = iter;
+        p.f = obj;
+        p.gnorm = NAN;
+        p.inf_pr = inf_pr;
+        p.inf_du = inf_du;
+        p.x = NULL;
+        p.n = b->n;
+        p.evaluations = b->evaluations;
+        if (b->progress(&p, b->progress_ctx)) {
+            b->stopped = 1;
+            return 0;
+        }
+    }
+    return 1;
 }
 
 /* The replay's programs and the Lagrangian's structure, freed. */
@@ -365,26 +425,17 @@ static inline void ad_ipopt_free(ad_ipopt *b)
     memset(b, 0, sizeof *b);
 }
 
-/* The problem, its structures taken at x0 (n values, inside the bounds or
- * not).  g NULL with m 0 for no constraints; bounds of +-1e19 or beyond are
- * none (Ipopt's default).  AD_EINVAL (NULL f or bounds, g NULL with m > 0,
- * sizes beyond Ipopt's int), the errors of ad_sparse_jacobian and
- * ad_sparse_hessian at x0, AD_ENOMEM (also when Ipopt refuses the problem);
- * b then holds nothing to free. */
-static inline ad_status ad_ipopt_init(ad_ipopt *b, ad_objective f, ad_function g, void *ctx,
-                                      size_t n, size_t m, const double *x_l, const double *x_u,
-                                      const double *g_l, const double *g_u, const double *x0)
+/* The problem for b's f or term, g, ctx, n and m (set), its structures
+ * taken at x0; b freed on failure. */
+AD_NODISCARD static inline ad_status ad__ipopt_setup(ad_ipopt *b, const double *x_l,
+                                                     const double *x_u, const double *g_l,
+                                                     const double *g_u, const double *x0)
 {
     ad_status s = AD_EINVAL;
-    memset(b, 0, sizeof *b);
-    b->f = f;
-    b->g = g;
-    b->ctx = ctx;
-    b->n = n;
-    b->m = m;
+    size_t n = b->n, m = b->m;
     b->sigma = 1.0;
-    if (!f || (m && !g) || !x0 || (n && (!x_l || !x_u)) || (m && (!g_l || !g_u)) ||
-        n > INT_MAX || m > INT_MAX)
+    if ((!b->f && !b->term) || (m && !b->g) || !x0 || (n && (!x_l || !x_u)) ||
+        (m && (!g_l || !g_u)) || n > INT_MAX || m > INT_MAX)
         goto fail;
     s = AD_ENOMEM;
     b->xr = (ad_real *)malloc((n + m + 1) * sizeof *b->xr);
@@ -400,9 +451,16 @@ static inline ad_status ad_ipopt_init(ad_ipopt *b, ad_objective f, ad_function g
         ones[j] = 1.0;
     b->lambda = ones;
     double fx;
-    s = m ? ad_sparse_jacobian(g, ctx, n, x0, m, b->work, &b->jac) : AD_OK;
-    if (s == AD_OK)
+    s = m ? ad_sparse_jacobian(b->g, b->ctx, n, x0, m, b->work, &b->jac) : AD_OK;
+    b->hessian = 0;
+    if (s == AD_OK && b->f) {
         s = ad_sparse_hessian(ad__ipopt_lagrangian, b, n, x0, &fx, b->work, &b->hess);
+        b->hessian = s == AD_OK;
+        if (s == AD_ENOTSUP) {  /* no Hessian to be had: Ipopt's approximation */
+            ad_csr_free(&b->hess);
+            s = AD_OK;
+        }
+    }
     free(ones);
     b->lambda = NULL;
     if (s == AD_OK && (b->jac.nnz > INT_MAX || b->hess.nnz > INT_MAX))
@@ -413,7 +471,9 @@ static inline ad_status ad_ipopt_init(ad_ipopt *b, ad_objective f, ad_function g
                                     (Number *)g_l, (Number *)g_u, (Index)b->jac.nnz,
                                     (Index)b->hess.nnz, 0, ad__ipopt_f, ad__ipopt_g,
                                     ad__ipopt_grad_f, ad__ipopt_jac_g, ad__ipopt_h);
-    if (!b->problem || !SetIntermediateCallback(b->problem, ad__ipopt_iteration)) {
+    if (!b->problem || !SetIntermediateCallback(b->problem, ad__ipopt_iteration) ||
+        (!b->hessian &&
+         !AddIpoptStrOption(b->problem, "hessian_approximation", (char *)"limited-memory"))) {
         s = AD_ENOMEM;
         goto fail;
     }
@@ -423,17 +483,71 @@ fail:
     return s;
 }
 
+/* The problem, its structures taken at x0 (n values, inside the bounds or
+ * not).  g NULL with m 0 for no constraints; bounds of +-1e19 or beyond are
+ * none (Ipopt's default).  AD_EINVAL (NULL f or bounds, g NULL with m > 0,
+ * sizes beyond Ipopt's int), the errors of ad_sparse_jacobian and
+ * ad_sparse_hessian at x0 (but AD_ENOTSUP from the Hessian: b.hessian 0,
+ * above), AD_ENOMEM (also when Ipopt refuses the problem); b then holds
+ * nothing to free. */
+AD_NODISCARD static inline ad_status ad_ipopt_init(ad_ipopt *b, ad_objective f, ad_function g,
+                                                   void *ctx, size_t n, size_t m,
+                                                   const double *x_l, const double *x_u,
+                                                   const double *g_l, const double *g_u,
+                                                   const double *x0)
+{
+    memset(b, 0, sizeof *b);
+    b->f = f;
+    b->g = g;
+    b->ctx = ctx;
+    b->n = n;
+    b->m = m;
+    return ad__ipopt_setup(b, x_l, x_u, g_l, g_u, x0);
+}
+
+/* The same with the objective the sum over i < nterms of term(i, x, n,
+ * ctx), by ad_gradient_sum on `threads` threads (0: every core); g takes
+ * the same ctx.  Ipopt's limited-memory Hessian (b.hessian 0, above).
+ * AD_EINVAL for a NULL term, otherwise ad_ipopt_init's errors. */
+AD_NODISCARD static inline ad_status ad_ipopt_init_sum(ad_ipopt *b, ad_term term, ad_function g,
+                                                       void *ctx, size_t nterms, size_t n,
+                                                       size_t m, unsigned threads,
+                                                       const double *x_l, const double *x_u,
+                                                       const double *g_l, const double *g_u,
+                                                       const double *x0)
+{
+    memset(b, 0, sizeof *b);
+    b->term = term;
+    b->g = g;
+    b->ctx = ctx;
+    b->nterms = nterms;
+    b->n = n;
+    b->m = m;
+    b->threads = threads;
+    return ad__ipopt_setup(b, x_l, x_u, g_l, g_u, x0);
+}
+
 /* IpoptSolve from x (n values; the solution on return), its results where
  * the pointers are not NULL, and Ipopt's own status in *app.  Returns
- * AD_OK, or the status of the first evaluation that failed (Ipopt was then
- * stopped). */
-static inline ad_status ad_ipopt_solve(ad_ipopt *b, double *x, double *obj, double *gx,
-                                       double *mult_g, double *mult_x_l, double *mult_x_u,
-                                       enum ApplicationReturnStatus *app)
+ * AD_OK (also when the progress hook stopped Ipopt: b->stopped), or the
+ * status of the first evaluation that failed (Ipopt was then stopped);
+ * AD_EINVAL (*app Invalid_Problem_Definition) for a NULL b or x or a
+ * bridge whose init failed. */
+AD_NODISCARD static inline ad_status ad_ipopt_solve(ad_ipopt *b, double *x, double *obj,
+                                                    double *gx, double *mult_g,
+                                                    double *mult_x_l, double *mult_x_u,
+                                                    enum ApplicationReturnStatus *app)
 {
+    if (!b || !b->problem || !x) {
+        if (app)
+            *app = Invalid_Problem_Definition;
+        return AD_EINVAL;
+    }
     b->status = AD_OK;
     b->eval_seconds = 0.0;
     b->iterations = 0;
+    b->stopped = 0;
+    b->evaluations = 0;
     ad__ipopt_drop_programs(b);  /* this solve records its own, at its first point */
     enum ApplicationReturnStatus r =
         IpoptSolve(b->problem, x, gx, obj, mult_g, mult_x_l, mult_x_u, b);

@@ -37,8 +37,8 @@ typedef struct ad_mat {
  * Outside a recording (or after the recording failed) it only refers to A.
  * Returns AD_OK, AD_EINVAL (NULL A with m n > 0, or NULL M), AD_ENOMEM or
  * AD_ERANGE; the recording keeps the error and its caller reports it. */
-AD_API ad_status ad_mat_record(size_t m, size_t n, const ad_real *A, ad_mat *M);
-AD_API ad_status ad_mat_wrap(size_t m, size_t n, const double *A, ad_mat *M);
+AD_NODISCARD AD_API ad_status ad_mat_record(size_t m, size_t n, const ad_real *A, ad_mat *M);
+AD_NODISCARD AD_API ad_status ad_mat_wrap(size_t m, size_t n, const double *A, ad_mat *M);
 
 /* y = M x, one record per output; y must not overlap x (either may be
  * NULL when empty).  x may be constant (a double array);
@@ -146,6 +146,67 @@ static inline void ad_mat_sqnorm_d(const ad_mat *M, const double *x, double *s)
     }
     *s = v;
 }
+
+/* ---- matrix-matrix products and element-wise maps ----
+ *
+ * Each takes recorded or wrapped handles and makes a new handle C, whose
+ * entries are one block's outputs: consecutive IDs, read as ad_real in
+ * out[], m x n row-major, which the caller owns (it must outlive C's use and
+ * not change).  C is a recorded matrix as ad_mat_record makes one: ad_mat_vec,
+ * ad_mat_sqnorm, ad_mat_mul and ad_mat_map take it, and out[] goes on into
+ * scalar code.  Where no operand is on the tape (wrapped matrices, constant
+ * entries, no recording) nothing is recorded: out[] holds constants.  The
+ * _d forms compute the same values on doubles (shared source): out[] is
+ * double and C wraps it.  Each returns AD_OK, AD_EINVAL (NULL handle or
+ * out with entries, sizes that do not match), AD_EFOREIGN (an operand or
+ * bias of another recording), AD_ENOMEM, AD_ERANGE; on error out[] is NaN,
+ * C a constant NaN handle, and the recording keeps the error, which its
+ * driver reports.  In a recorded program (ad_program_record) an active
+ * result is refused with AD_ENOTSUP, as ad_mat_vec's is. */
+
+/* C = A B + bias 1^T: A m x k, B k x n, bias m entries (NULL: none), C
+ * m x n.  Entry (i, j) is (sum_l A(i, l) B(l, j), added from 0 in l order)
+ * + bias[i]: bitwise what the scalar loop computes.  Both operands are
+ * taken as full (a triangle's zeros are multiplied).  _rr: an ad_real
+ * bias (may be constant), _rd: a double one. */
+AD_NODISCARD AD_API ad_status ad_mat_mul_rr(const ad_mat *A, const ad_mat *B, const ad_real *bias,
+                                            ad_real *out, ad_mat *C);
+AD_NODISCARD AD_API ad_status ad_mat_mul_rd(const ad_mat *A, const ad_mat *B, const double *bias,
+                                            ad_real *out, ad_mat *C);
+AD_NODISCARD AD_API ad_status ad_mat_mul_d(const ad_mat *A, const ad_mat *B, const double *bias,
+                                           double *out, ad_mat *C);
+
+/* The library's functions for ad_mat_map.  RELU is fmax(x, 0) with fmax's
+ * conventions (partial 1/2 at 0, 0 at NaN); LOGISTIC is 1 / (1 + e^-x)
+ * (computed without overflow); SQUARE is x * x.  The others are the
+ * elementary operations of the same name, with their values and partials
+ * (docs/conventions.md). */
+typedef enum ad_map_op {
+    AD_MAP_TANH, AD_MAP_EXP, AD_MAP_LOG, AD_MAP_SQRT, AD_MAP_SIN, AD_MAP_COS,
+    AD_MAP_LOGISTIC, AD_MAP_RELU, AD_MAP_SQUARE, AD_MAP_COUNT
+} ad_map_op;
+
+/* C = op(A) entry by entry: one block whose outputs each have one partial
+ * (a multiply-add per entry in the reverse sweep).  AD_EINVAL also for an
+ * op outside ad_map_op. */
+AD_NODISCARD AD_API ad_status ad_mat_map_r(ad_map_op op, const ad_mat *A, ad_real *out, ad_mat *C);
+AD_NODISCARD AD_API ad_status ad_mat_map_d(ad_map_op op, const ad_mat *A, double *out, ad_mat *C);
+
+/* A user's scalar function f with its first and second derivatives, for
+ * ad_mat_map_fn.  They are called while the map is recorded, never in a
+ * sweep: fn and ctx need to live only during the call.  d2f may be NULL:
+ * second-order drivers (ad_hvp, ad_hessian, ad_sparse_hessian) then return
+ * AD_ENOTSUP. */
+typedef struct ad_map_fn {
+    double (*f)(double x, void *ctx);
+    double (*df)(double x, void *ctx);
+    double (*d2f)(double x, void *ctx);
+} ad_map_fn;
+
+AD_NODISCARD AD_API ad_status ad_mat_map_fn_r(const ad_map_fn *fn, void *ctx, const ad_mat *A,
+                                              ad_real *out, ad_mat *C);
+AD_NODISCARD AD_API ad_status ad_mat_map_fn_d(const ad_map_fn *fn, void *ctx, const ad_mat *A,
+                                              double *out, ad_mat *C);
 
 AD__EXTERN_C_END
 

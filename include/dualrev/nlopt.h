@@ -1,5 +1,6 @@
 /* dualrev/nlopt.h: NLopt's objective and constraints from an ad_objective
- * (scalar) or an ad_function (vector), with exact gradients and Jacobians.
+ * (scalar), a sum of terms (scalar, ad_gradient_sum) or an ad_function
+ * (vector), with exact gradients and Jacobians.
  *
  *   #include <nlopt.h>
  *   #include <dualrev/nlopt.h>
@@ -7,6 +8,7 @@
  *   ad_nlopt obj, con;
  *   ad_nlopt_init(&obj, opt, f, NULL, ctx, n, 0);          f: ad_objective
  *   ad_nlopt_init(&con, opt, NULL, g, ctx, n, m);          g: ad_function, m outputs
+ *   (or ad_nlopt_init_sum(&obj, opt, term, ctx, nterms, n, threads): a sum)
  *   nlopt_set_min_objective(opt, ad_nlopt_scalar, &obj);
  *   nlopt_add_inequality_mconstraint(opt, m, ad_nlopt_vector, &con, tol);
  *   ... nlopt_optimize(opt, x, &fx) ...
@@ -35,7 +37,23 @@
  * ad_program_free(b.program) and set it to NULL.  With replay, a
  * value-only call fails too where its replay does (AD_ENOMEM, or the
  * recording's errors at the first point).  ad_nlopt_free frees the
- * program. */
+ * program.  A sum is not kept as a program: with a term, replay has no
+ * effect.
+ *
+ * Sums: a bridge made by ad_nlopt_init_sum is a scalar one (ad_nlopt_scalar)
+ * whose every call is one ad_gradient_sum on `threads` threads (the same
+ * bits for every thread count); the library has no value-only sum, so a
+ * call without grad takes the gradient too and drops it.
+ *
+ * Progress: NLopt has no iteration callback.  b.progress (dualrev/bridge.h),
+ * if set, is called after each successful evaluation of b's function
+ * (set it on the objective's bridge): `iteration` and `evaluations` count
+ * the evaluations, gnorm is NaN for a call without grad.  A nonzero return
+ * stops NLopt (nlopt_force_stop: NLOPT_FORCED_STOP) and sets b.stopped;
+ * NLopt may still evaluate a few times before it returns, and the hook is
+ * not called again while b.stopped is set (each evaluation stops NLopt
+ * again: clear it to run the bridge again).  A vector bridge gives f = NaN
+ * and gnorm = NaN. */
 #ifndef DUALREV_NLOPT_H
 #define DUALREV_NLOPT_H
 
@@ -43,6 +61,7 @@
 #include <stdlib.h>
 
 #include <dualrev.h>
+#include <dualrev/bridge.h>
 #include <nlopt.h>
 
 AD__EXTERN_C_BEGIN
@@ -58,13 +77,36 @@ typedef struct ad_nlopt {
     int replay;         /* 1: replay a program of f or g (above); 0, ad_nlopt_init's: record */
     ad_program *program; /* the program, once recorded; freed by ad_nlopt_free */
     int unkept;         /* g could not be kept as a program: evaluated as without replay */
+    ad_term term;       /* a scalar sum of nterms terms in place of f (ad_nlopt_init_sum) */
+    size_t nterms;
+    unsigned threads;   /* ad_gradient_sum's threads */
+    double *gw;         /* n numbers: a sum's gradient that a value-only call drops */
+    ad_progress_fn progress; /* NULL, or called after each evaluation (above) */
+    void *progress_ctx;
+    int stopped;        /* 1: progress stopped NLopt */
+    unsigned long evaluations; /* successful evaluations */
 } ad_nlopt;
+
+static inline ad_status ad__nlopt_alloc(ad_nlopt *b)
+{
+    b->xr = (ad_real *)malloc((b->n + b->m + 1) * sizeof *b->xr);
+    b->yr = b->xr ? b->xr + b->n : NULL;
+    if (b->term) {
+        b->gw = (double *)malloc((b->n + 1) * sizeof *b->gw);
+        if (!b->gw) {
+            free(b->xr);
+            b->xr = b->yr = NULL;
+        }
+    }
+    return b->xr ? AD_OK : AD_ENOMEM;
+}
 
 /* One of f and g; m for g (0 for f).  AD_EINVAL (neither, or both),
  * AD_ENOMEM (b then holds nothing to free) or AD_OK. */
-static inline ad_status ad_nlopt_init(ad_nlopt *b, nlopt_opt opt, ad_objective f, ad_function g,
-                                      void *ctx, size_t n, size_t m)
+AD_NODISCARD static inline ad_status ad_nlopt_init(ad_nlopt *b, nlopt_opt opt, ad_objective f,
+                                                   ad_function g, void *ctx, size_t n, size_t m)
 {
+    memset(b, 0, sizeof *b);
     b->opt = opt;
     b->f = f;
     b->g = g;
@@ -72,22 +114,39 @@ static inline ad_status ad_nlopt_init(ad_nlopt *b, nlopt_opt opt, ad_objective f
     b->n = n;
     b->m = g ? m : 0;
     b->status = AD_OK;
-    b->xr = b->yr = NULL;
-    b->replay = 0;
-    b->program = NULL;
-    b->unkept = 0;
     if (!f == !g)
         return AD_EINVAL;
-    b->xr = (ad_real *)malloc((n + b->m + 1) * sizeof *b->xr);
-    b->yr = b->xr ? b->xr + n : NULL;
-    return b->xr ? AD_OK : AD_ENOMEM;
+    return ad__nlopt_alloc(b);
+}
+
+/* A scalar function (for ad_nlopt_scalar): the sum over i < nterms of
+ * term(i, x, n, ctx), by ad_gradient_sum on `threads` threads (0: every
+ * core).  AD_EINVAL (term NULL), AD_ENOMEM (b then holds nothing to free)
+ * or AD_OK. */
+AD_NODISCARD static inline ad_status ad_nlopt_init_sum(ad_nlopt *b, nlopt_opt opt, ad_term term,
+                                                       void *ctx, size_t nterms, size_t n,
+                                                       unsigned threads)
+{
+    memset(b, 0, sizeof *b);
+    b->opt = opt;
+    b->term = term;
+    b->ctx = ctx;
+    b->nterms = nterms;
+    b->n = n;
+    b->threads = threads;
+    b->status = AD_OK;
+    if (!term)
+        return AD_EINVAL;
+    return ad__nlopt_alloc(b);
 }
 
 static inline void ad_nlopt_free(ad_nlopt *b)
 {
     free(b->xr);
+    free(b->gw);
     ad_program_free(b->program);
     b->xr = b->yr = NULL;
+    b->gw = NULL;
     b->program = NULL;
 }
 
@@ -99,37 +158,72 @@ static inline void ad__nlopt_fail(ad_nlopt *b, ad_status s)
     nlopt_force_stop(b->opt);
 }
 
+/* After a successful evaluation: the count, and the progress hook, which
+ * may stop NLopt. */
+static inline void ad__nlopt_progress(ad_nlopt *b, const double *x, double fx,
+                                      const double *grad)
+{
+    b->evaluations++;
+    if (b->stopped) {  /* NLopt may evaluate a few more times before it stops */
+        nlopt_force_stop(b->opt);
+        return;
+    }
+    if (!b->progress)
+        return;
+    ad_progress p;
+    p.iteration = (long)b->evaluations;
+    p.f = fx;
+    p.gnorm = NAN;
+    if (grad) {
+        double s = 0.0;
+        for (size_t i = 0; i < b->n; i++)
+            s += grad[i] * grad[i];
+        p.gnorm = sqrt(s);
+    }
+    p.inf_pr = p.inf_du = NAN;
+    p.x = x;
+    p.n = b->n;
+    p.evaluations = b->evaluations;
+    if (b->progress(&p, b->progress_ctx)) {
+        b->stopped = 1;
+        nlopt_force_stop(b->opt);
+    }
+}
+
 /* NLopt's nlopt_func, for an objective or one scalar constraint; data is an
- * ad_nlopt made with f. */
+ * ad_nlopt made with f or a term. */
 static inline double ad_nlopt_scalar(unsigned n, const double *x, double *grad, void *data)
 {
     ad_nlopt *b = (ad_nlopt *)data;
     double fx = NAN;
-    if (b->status != AD_OK || !b->f || n != b->n) {
+    ad_status s = AD_OK;
+    if (b->status != AD_OK || (!b->f && !b->term) || n != b->n) {
         ad__nlopt_fail(b, b->status != AD_OK ? b->status : AD_EINVAL);
         return NAN;
     }
-    if (b->replay) {
-        ad_status s = ad_program_evaluate(&b->program, b->f, b->ctx, b->n, x, &fx, grad);
-        if (s != AD_OK)
-            ad__nlopt_fail(b, s);
-        return fx;
+    if (b->term) {
+        s = ad_gradient_sum(b->term, b->ctx, b->nterms, b->n, x, &fx, grad ? grad : b->gw,
+                            b->threads);
+    } else if (b->replay) {
+        s = ad_program_evaluate(&b->program, b->f, b->ctx, b->n, x, &fx, grad);
+    } else if (grad) {
+        s = ad_gradient(b->f, b->ctx, b->n, x, &fx, grad);
+    } else {
+        for (size_t i = 0; i < b->n; i++)
+            b->xr[i] = ad_const(x[i]);
+        fx = ad_value(b->f(b->xr, b->n, b->ctx));
     }
-    if (grad) {
-        ad_status s = ad_gradient(b->f, b->ctx, b->n, x, &fx, grad);
-        if (s != AD_OK)
-            ad__nlopt_fail(b, s);
-        return fx;
-    }
-    for (size_t i = 0; i < b->n; i++)
-        b->xr[i] = ad_const(x[i]);
-    return ad_value(b->f(b->xr, b->n, b->ctx));
+    if (s != AD_OK)
+        ad__nlopt_fail(b, s);  /* fx and grad are NaN */
+    else
+        ad__nlopt_progress(b, x, fx, grad);
+    return fx;
 }
 
 /* With replay, g's values (jac NULL) or values and Jacobian at x from its
  * program: recorded at x first if there is none, and again at x when a
  * guard fails there.  AD_ENOTSUP (b->unkept set) when g cannot be kept. */
-static inline ad_status ad__nlopt_replay(ad_nlopt *b, const double *x, double *y, double *jac)
+AD_NODISCARD static inline ad_status ad__nlopt_replay(ad_nlopt *b, const double *x, double *y, double *jac)
 {
     for (int again = 0;; again = 1) {
         ad_status s = AD_OK;
@@ -161,8 +255,10 @@ static inline void ad_nlopt_vector(unsigned m, double *result, unsigned n, const
     }
     if (b->replay && !b->unkept) {
         ad_status s = ad__nlopt_replay(b, x, result, grad);
-        if (s == AD_OK)
+        if (s == AD_OK) {
+            ad__nlopt_progress(b, x, NAN, NULL);
             return;
+        }
         if (s != AD_ENOTSUP || !b->unkept) {
             ad__nlopt_fail(b, s);
             for (size_t j = 0; j < b->m; j++)
@@ -176,6 +272,8 @@ static inline void ad_nlopt_vector(unsigned m, double *result, unsigned n, const
         ad_status s = ad_jacobian(b->g, b->ctx, b->n, x, b->m, result, grad);
         if (s != AD_OK)
             ad__nlopt_fail(b, s);
+        else
+            ad__nlopt_progress(b, x, NAN, NULL);
         return;
     }
     for (size_t i = 0; i < b->n; i++)
@@ -185,6 +283,7 @@ static inline void ad_nlopt_vector(unsigned m, double *result, unsigned n, const
     b->g(b->xr, b->n, b->yr, b->m, b->ctx);
     for (size_t j = 0; j < b->m; j++)
         result[j] = ad_value(b->yr[j]);
+    ad__nlopt_progress(b, x, NAN, NULL);
 }
 
 AD__EXTERN_C_END

@@ -19,6 +19,23 @@
 #define AD_API
 #endif
 
+/* On every function that returns an ad_status: a status dropped on the
+ * floor is a warning.  C++17 and C23 take [[nodiscard]], which a cast to
+ * void silences; in C11 gcc's and clang's warn_unused_result, which gcc
+ * does not let a cast silence (test the status, or compile with
+ * -DAD_NODISCARD= to turn the warning off). */
+#ifndef AD_NODISCARD
+#if defined(__cplusplus) && __cplusplus >= 201703L
+#define AD_NODISCARD [[nodiscard]]
+#elif !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ > 201710L
+#define AD_NODISCARD [[nodiscard]]
+#elif defined(__GNUC__) || defined(__clang__)
+#define AD_NODISCARD __attribute__((warn_unused_result))
+#else
+#define AD_NODISCARD
+#endif
+#endif
+
 /* C++ includes the C API with C linkage.  Its thread-local cursor is
  * declared __thread there where it can be: C++'s thread_local on an extern
  * variable goes through a wrapper call in case it has a dynamic initialiser,

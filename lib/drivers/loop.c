@@ -15,6 +15,7 @@
 #include "block.h"
 #include "check.h"
 #include "listing.h"
+#include "loop_hessian.h"
 #include "recording.h"
 #include "revolve.h"
 #include "second.h"
@@ -30,6 +31,7 @@ typedef struct loop {
     size_t steps, snaps, n, np;
     size_t width;  /* doubles per snapshot: n, or 2n (states and tangents) if recorded for second order */
     int warm;      /* the snapshots and `last` still hold the recording's descent */
+    const char *label;  /* ad_where's where the loop was recorded: its steps' in every replay */
     /* then: double x[n + np] (state0, params), y[n] (stateN), last[n] (the
      * state before the last step), snap[snaps * width]; uint32_t ids[n + np] */
 } loop;
@@ -95,9 +97,43 @@ typedef struct replay {
     ad_real *in, *out;     /* a plain step's arguments (state, then params) and results */
     size_t *frames;        /* the schedule's stack: the first step of each segment */
     int exact;             /* an exact sweep's replay: reach carried from step to step */
+    ad_loop_edges *edges;  /* edge pushing's replay (loop_hessian.h): each step pulls its part back */
     unsigned char *sreach; /* exact: the state's entries reached, then the params' */
     unsigned char *flags;  /* exact: one step's sweep's flags (sweep.h, ad_reverse_in) */
+    size_t bad1;           /* checked forward: the step k + 1 that made a non-finite state */
 } replay;
+
+/* While step k runs (or is recorded and swept), faults name it, and the
+ * thread's label is the one the loop was recorded under, whenever the
+ * replay runs; a label the step sets ends with it. */
+typedef struct at_step {
+    const char *label;
+    size_t step1;
+} at_step;
+
+static at_step step_enter(const loop *lp, size_t k)
+{
+    ad_checks *ck = ad_checks_of(ad_thread_self());
+    at_step was = {ck->label, ck->step1};
+    ck->label = lp->label;
+    ck->step1 = k + 1;
+    return was;
+}
+
+static void step_leave(at_step was)
+{
+    ad_checks *ck = ad_checks_of(ad_thread_self());
+    ck->label = was.label;
+    ck->step1 = was.step1;
+}
+
+static int all_finite(const ad_real *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(v[i].v))
+            return 0;
+    return 1;
+}
 
 static void replay_free(replay *rp)
 {
@@ -164,8 +200,10 @@ static ad_status run_plain(replay *rp, size_t k0, size_t k1, int guard)
     ad_checks *ck = ad_checks_of(th);
     if (g)
         ad_checks_begin(ck, g, th->depth);
+    /* the recording's forward pass, checked: the first step to make a
+     * non-finite state from a finite one is found again below (locate) */
+    int check = guard && rp->owner && (rp->owner->checks & AD_CHECK_FINITE);
     ad__cursor *outer = ad__active;
-    const char *label = ck->label;  /* a label a step sets ends with it */
     if (g)
         ad__active = &g->cursor;
     th->depth++;
@@ -174,17 +212,23 @@ static ad_status run_plain(replay *rp, size_t k0, size_t k1, int guard)
             rp->in[i] = ad_const(rp->reg[i]);
             rp->out[i] = ad_const(NAN);  /* what the step leaves unwritten */
         }
+        at_step was = step_enter(lp, k);
         lp->step(k, rp->in, rp->out, n, rp->in + n, lp->np, lp->ctx);
+        step_leave(was);
         s = g ? g->status : AD_OK;
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < n; i++)
             if (rp->out[i].id && s == AD_OK)
                 s = AD_EFOREIGN;  /* an active value, not made here */
-            rp->reg[i] = rp->out[i].v;
+        if (check && s == AD_OK && all_finite(rp->in, n + lp->np) && !all_finite(rp->out, n)) {
+            rp->bad1 = k + 1;
+            s = AD_ENONFINITE;
+            break;  /* reg keeps step k's input */
         }
+        for (size_t i = 0; i < n; i++)
+            rp->reg[i] = rp->out[i].v;
     }
     th->depth--;
     ad__active = outer;
-    ck->label = label;
     return s;
 }
 
@@ -239,14 +283,16 @@ static ad_status run_tangent(replay *rp, size_t k0, size_t k1)
     size_t n = rp->lp->n;
     ad_status s = AD_OK;
     for (size_t k = k0; k < k1 && s == AD_OK; k++) {
+        at_step was = step_enter(rp->lp, k);
         ad_tape *T = record_step(rp, k, 0, &s);
-        if (!T)
-            break;
-        memcpy(rp->vin, rp->reg + n, n * sizeof *rp->vin);
-        s = ad_forward_in(T, n, rp->vin, rp->reg + n, rp->exact ? rp->flags : NULL);
-        if (rp->exact)
-            carry(rp, rp->flags + rp->lp->n + rp->lp->np, NULL);
-        ad_read_outputs(T, n, rp->reg);
+        if (T) {
+            memcpy(rp->vin, rp->reg + n, n * sizeof *rp->vin);
+            s = ad_forward_in(T, n, rp->vin, rp->reg + n, rp->exact ? rp->flags : NULL);
+            if (rp->exact)
+                carry(rp, rp->flags + rp->lp->n + rp->lp->np, NULL);
+            ad_read_outputs(T, n, rp->reg);
+        }
+        step_leave(was);
     }
     return s;
 }
@@ -260,11 +306,13 @@ static ad_status advance(replay *rp, size_t k0, size_t k1)
  * (and its tangent) moves to step k's input, the params' add up.  Every
  * record applied, or (exact) those the reached state reaches (sweep.h,
  * ad_reverse_in): the loop's own sweep is one pass of its caller's. */
-static ad_status tape_step(replay *rp, size_t k)
+static ad_status sweep_step(replay *rp, size_t k)
 {
     loop *lp = rp->lp;
     size_t n = lp->n, np = lp->np;
     ad_status s;
+    if (rp->edges)
+        return ad_loop_edges_step(rp->edges, lp->step, lp->ctx, k, rp->reg, lp_x(lp) + n);
     ad_tape *T = record_step(rp, k, rp->second, &s);
     if (!T)
         return s;
@@ -282,6 +330,14 @@ static ad_status tape_step(replay *rp, size_t k)
     for (size_t i = 0; i < np; i++)
         rp->pacc[i] += rp->xb[n + i];
     memcpy(rp->lam, rp->xb, n * sizeof *rp->lam);
+    return s;
+}
+
+static ad_status tape_step(replay *rp, size_t k)
+{
+    at_step was = step_enter(rp->lp, k);
+    ad_status s = sweep_step(rp, k);
+    step_leave(was);
     return s;
 }
 
@@ -508,66 +564,45 @@ static void loop_second(ad_tape *t, ad_block *b, uint32_t hid, const double *tan
 
 /* ---- edge pushing (sparse Hessians) ---- */
 
-/* Output o's partials: row o of the loop's Jacobian, from the exact
- * reverse replay seeded with e_o (block.c, ad_block_pullback_reached),
- * which flags the arguments o reaches: the others' are structural zeros,
- * left out, as the constant arguments' are.  One replay per output, as a
- * sparse Jacobian's row takes. */
-static void loop_partials(ad_tape *t, ad_block *b, uint32_t o,
-                          void (*each)(void *cx, size_t arg, double d), void *cx)
-{
-    const uint32_t *ids = ad_block_ids(b);
-    size_t n = b->nout, nx = (size_t)b->nargs;
-    if (t->fault != AD_OK)
-        return;  /* an earlier rule failed: the sweep's results are lost */
-    unsigned char *outs = ad_block_flags(t), *args = outs + n;
-    double *ybar = ad_block_ybar(t);
-    memset(outs, 0, n);
-    memset(ybar, 0, n * sizeof *ybar);
-    outs[o] = 1;
-    ybar[o] = 1.0;
-    const double *xbar = ad_block_pullback_reached(t, b, ybar);
-    if (t->fault != AD_OK)
-        return;
-    for (size_t k = 0; k < nx; k++)
-        if (ids[k] && args[k])
-            each(cx, k, xbar[k]);
-}
-
-/* sum_k ybar_k H_k over the loop's arguments: one second-order replay per
- * active argument a, along e_a with the outputs' cotangents ybar and zero
- * tangents of them, gives column a (loop_second's rule, as a lane of
- * ad_hessian).  Every pair a <= b of active arguments is reported: the
- * replays carry no reach, so the block is dense. */
-static void loop_curvature(ad_tape *t, ad_block *b, const double *ybar,
-                           void (*each2)(void *cx, size_t a, size_t b, double v), void *cx)
+/* Edge pushing's rule (block.h, edges): one reverse schedule whose
+ * steps each pull back the Jacobian rows of the outputs reached (outs),
+ * the cotangents and the interactions found so far, and add their own
+ * (loop_hessian.c): the loop's partials, its Hessian weighted by ybar and
+ * the arguments' cotangents (xbar, args reached), all with the structure
+ * of the loop written out. */
+static void loop_edges(ad_tape *t, ad_block *b, const unsigned char *outs, const double *ybar,
+                       void (*each)(void *cx, uint32_t o, size_t arg, double d),
+                       void (*each2)(void *cx, size_t a, size_t b, double v), void *cx,
+                       double *xbar, unsigned char *args)
 {
     loop *lp = (loop *)b;
-    const uint32_t *ids = ad_block_ids(b);
     size_t n = lp->n, nx = n + lp->np;
-    if (t->fault != AD_OK)
+    memset(args, 0, nx);
+    if (t->fault != AD_OK) {  /* an earlier rule failed: the sweep's results are lost */
+        ad_fill_nan(xbar, nx);
         return;
+    }
     ad_watch w = ad_watch_begin();  /* see end_rule() */
     replay rp;
-    ad_status s = replay_start(&rp, t, lp, 1);
+    ad_status s = replay_start(&rp, t, lp, 0);
     if (s == AD_OK) {
-        ad_block_enter();  /* the steps are recorded one level down */
-        for (size_t a = 0; a < nx && s == AD_OK; a++) {
-            if (!ids[a])
-                continue;
-            memcpy(rp.lam, ybar, n * sizeof *rp.lam);
-            memset(rp.lamd, 0, n * sizeof *rp.lamd);
-            memset(rp.vin, 0, nx * sizeof *rp.vin);
-            rp.vin[a] = 1.0;
-            s = second_replay(t, &rp);
-            for (size_t c = a; c < nx && s == AD_OK; c++)
-                if (ids[c])
-                    each2(cx, a, c, rp.xbd[c]);
+        rp.edges = ad_loop_edges_new(n, lp->np, outs, ybar, &s);
+        if (rp.edges) {
+            ad_block_enter();  /* the steps are recorded one level down */
+            s = schedule(&rp, 1, lp->warm);
+            lp->warm = 0;  /* the reverse overwrote the snapshots */
+            ad_block_leave();
+            if (s == AD_OK && ad_loop_edges_overflowed(rp.edges))
+                t->traits |= AD_SECOND_RANGE;  /* as second_replay's */
+            if (s == AD_OK)
+                ad_loop_edges_emit(rp.edges, ad_block_ids(b), each, each2, cx, xbar, args);
+            ad_loop_edges_free(rp.edges);
         }
-        ad_block_leave();
         replay_free(&rp);
     }
-    end_rule(t, s, NULL, 0, &w);
+    if (s != AD_OK)
+        memset(args, 0, nx);
+    end_rule(t, s, xbar, nx, &w);
 }
 
 static const ad_block_kind loop_kind = {.name = "checkpointed loop",
@@ -575,8 +610,7 @@ static const ad_block_kind loop_kind = {.name = "checkpointed loop",
                                         .vjp = loop_vjp,
                                         .jvp = loop_jvp,
                                         .second = loop_second,
-                                        .partials = loop_partials,
-                                        .curvature = loop_curvature,
+                                        .edges = loop_edges,
                                         .vjp_exact = loop_vjp_exact,
                                         .jvp_exact = loop_jvp_exact};
 
@@ -597,7 +631,8 @@ static ad_status just_run(ad_step_fn step, void *ctx, size_t steps, size_t n, co
     loop *lp = ad_alloc(sizeof(loop) + (n + np) * sizeof(double));
     if (!lp)
         return fail(AD_ENOMEM, n, y);
-    *lp = (loop){.step = step, .ctx = ctx, .steps = steps, .snaps = 0, .n = n, .np = np};
+    *lp = (loop){.step = step, .ctx = ctx, .steps = steps, .snaps = 0, .n = n, .np = np,
+                 .label = ad_checks_of(ad_thread_self())->label};
     double *x = lp_x(lp);
     for (size_t i = 0; i < n; i++)
         x[i] = x0[i].v;
@@ -616,6 +651,22 @@ static ad_status just_run(ad_step_fn step, void *ctx, size_t steps, size_t n, co
     return s == AD_OK ? AD_OK : fail(s, n, y);
 }
 
+/* Step rp->bad1 - 1, which made a non-finite state from the finite one
+ * in reg, recorded again with the thread's checks: the fault names the
+ * operation inside the step, or, if none shows, the loop. */
+static ad_status locate(replay *rp)
+{
+    size_t k = rp->bad1 - 1;
+    at_step was = step_enter(rp->lp, k);
+    ad_status s;
+    if (record_step(rp, k, 0, &s) || s != AD_ENONFINITE) {
+        ad_fault f = ad_fault_at(0, "checkpointed loop", rp->lp->label, AD_PHASE_RECORD);
+        ad_fault_keep(&f);
+    }
+    step_leave(was);
+    return AD_ENONFINITE;
+}
+
 /* The recording's descent and the last step, into x and y. */
 static ad_status forward(ad_tape *t, loop *lp)
 {
@@ -627,6 +678,8 @@ static ad_status forward(ad_tape *t, loop *lp)
     s = schedule(&rp, 0, 0);
     if (s == AD_OK)
         s = run_plain(&rp, lp->steps - 1, lp->steps, 1);
+    if (s == AD_ENONFINITE && rp.bad1)
+        s = locate(&rp);
     memcpy(lp_y(lp), rp.reg, lp->n * sizeof(double));
     replay_free(&rp);
     lp->warm = 1;
@@ -670,7 +723,8 @@ ad_status ad_checkpointed_loop(ad_step_fn step, void *ctx, size_t steps, size_t 
     loop *lp = (loop *)ad_block_at(t, at);
     lp->base.kind = &loop_kind;
     lp->base.ids = sizeof(loop) + words * sizeof(double);
-    *lp = (loop){lp->base, step, ctx, steps, S, n, np, width, 0};
+    *lp = (loop){lp->base, step, ctx, steps, S, n, np, width, 0,
+                 ad_checks_of(ad_thread_self())->label};
     double *x = lp_x(lp);
     uint32_t *ids = (uint32_t *)(void *)((char *)lp + lp->base.ids);
     for (size_t i = 0; i < nx; i++) {

@@ -66,26 +66,65 @@ typedef struct job {
 typedef struct chunk {
     const job *jb;
     size_t i0, i1;
+    ad_checks *ck;  /* the thread's: faults inside term i name it */
 } chunk;
+
+static ad_real term_at(const chunk *ch, size_t i, const ad_real *x, size_t n)
+{
+    size_t was = ch->ck->term1;
+    ch->ck->term1 = i + 1;
+    ad_real s = ch->jb->term(i, x, n, ch->jb->ctx);
+    ch->ck->term1 = was;
+    return s;
+}
 
 /* The chunk's terms, summed in order. */
 static ad_real chunk_sum(const ad_real *x, size_t n, void *ctx)
 {
     const chunk *ch = ctx;
-    ad_real s = ch->jb->term(ch->i0, x, n, ch->jb->ctx);
+    ad_real s = term_at(ch, ch->i0, x, n);
     for (size_t i = ch->i0 + 1; i < ch->i1; i++)
-        s = ad_add(s, ch->jb->term(i, x, n, ch->jb->ctx));
+        s = ad_add(s, term_at(ch, i, x, n));
     return s;
 }
 
 static chunk chunk_of(const job *jb, size_t c)
 {
-    chunk ch = {jb, 0, 1};
+    chunk ch = {jb, 0, 1, NULL};
     if (c > 0) {
         ch.i0 = 1 + (c - 1) * jb->per;
         ch.i1 = jb->nterms - ch.i0 < jb->per ? jb->nterms : ch.i0 + jb->per;
     }
     return ch;
+}
+
+static ad_status chunk_run(const job *jb, chunk *ch, double *f, double *g, double *hv)
+{
+    ch->ck = ad_checks_of(ad_thread_self());
+    size_t was = ch->ck->term1;
+    if (ch->i1 - ch->i0 == 1)  /* one term: named in the sweep too */
+        ch->ck->term1 = ch->i0 + 1;
+    ad_status s = jb->hvp ? ad_hvp(chunk_sum, ch, jb->n, jb->x, jb->v, f, g, hv)
+                          : ad_gradient(chunk_sum, ch, jb->n, jb->x, f, g);
+    ch->ck->term1 = was;
+    return s;
+}
+
+/* A fault in the sweep of a chunk of several terms names no term: each
+ * is run alone until one faults again, which names it.  A fault none
+ * makes alone (the sum of two large terms) stays as it was. */
+static ad_status locate_term(const job *jb, const chunk *ch, double *f, double *g, double *hv)
+{
+    ad_fault was;
+    if (ad_last_fault(&was) != AD_OK || was.term >= 0)
+        return AD_ENONFINITE;
+    for (size_t i = ch->i0; i < ch->i1; i++) {
+        chunk one = {jb, i, i + 1, NULL};
+        if (chunk_run(jb, &one, f, g, hv) == AD_ENONFINITE && ad_last_fault(&was) == AD_OK)
+            return AD_ENONFINITE;
+    }
+    ad_fault_keep(&was);
+    return AD_ENONFINITE;
 }
 
 /* Chunk c's value, gradient and H v into f, g and hv (scratch). */
@@ -95,8 +134,9 @@ static ad_status run_chunk(const job *jb, size_t c, double *f, double *g, double
     /* No thread's tape limit holds (the caller's would fail the chunks it
      * happens to take). */
     size_t cap = ad_set_tape_limit(0);
-    ad_status s = jb->hvp ? ad_hvp(chunk_sum, &ch, jb->n, jb->x, jb->v, f, g, hv)
-                          : ad_gradient(chunk_sum, &ch, jb->n, jb->x, f, g);
+    ad_status s = chunk_run(jb, &ch, f, g, hv);
+    if (s == AD_ENONFINITE && ch.i1 - ch.i0 > 1)
+        s = locate_term(jb, &ch, f, g, hv);
     ad_set_tape_limit(cap);
     return s;
 }
@@ -339,7 +379,7 @@ static size_t ceil_div(size_t a, size_t b)
 static ad_status chunk_size(job *jb)
 {
     ad_tape *t = ad_thread_tape();
-    chunk ch = {jb, 0, 1};
+    chunk ch = {jb, 0, 1, ad_checks_of(ad_thread_self())};
     size_t cap = ad_set_tape_limit(0);
     ad_status s = ad_record_objective(t, chunk_sum, &ch, jb->n, jb->x, 0);
     ad_set_tape_limit(cap);

@@ -140,7 +140,7 @@ static inline void *ad_tape_state(ad_tape *t, const ad_tenant *who)
 
 /* Drivers with per-thread state (ad_thread_cleanup). */
 #define AD_CLEANUPS 4
-#define AD_THREAD_MODES_BYTES 128
+#define AD_THREAD_MODES_BYTES 192
 
 typedef struct ad_thread {
     ad_tape tapes[AD_MAX_NESTING];

@@ -95,7 +95,9 @@ static void fail(ad_tape *t, const ad_fault *f)
 
 ad_fault ad_fault_at(uint32_t id, const char *op, const char *label, ad_phase phase)
 {
-    ad_fault f = {op, label, id, phase, 0, {NAN, NAN}, NAN, {NAN, NAN}, NAN, 0};
+    const ad_checks *ck = ad_checks_of(ad_thread_self());
+    ad_fault f = {op, label, id, phase, 0, {NAN, NAN}, NAN, {NAN, NAN}, NAN, 0,
+                  (int64_t)ck->step1 - 1, (int64_t)ck->term1 - 1};
     return f;
 }
 

@@ -20,6 +20,7 @@ typedef struct ad_info {
 typedef struct ad_checks {
     unsigned flags;
     const char *label;
+    size_t step1, term1;  /* where the thread is: loop step k + 1, sum term i + 1 (0: none) */
     ad_fault fault;
     int has_fault;
 } ad_checks;
@@ -58,8 +59,9 @@ AD_HIDDEN double ad_tape_value(const ad_tape *t, uint32_t id);
 /* An operation's name (record.h's AD__OP_*), or NULL (an n-ary record's
  * is its kind's: walk/nary_kinds.h). */
 AD_HIDDEN const char *ad_op_label(int op);
-/* A fault at record id, what is not known of it NaN; f kept as the
- * thread's last (ad_last_fault). */
+/* A fault at record id, what is not known of it NaN, in the loop step and
+ * the sum's term the thread is in; f kept as the thread's last
+ * (ad_last_fault). */
 AD_HIDDEN ad_fault ad_fault_at(uint32_t id, const char *op, const char *label, ad_phase phase);
 AD_HIDDEN void ad_fault_keep(const ad_fault *f);
 

@@ -91,7 +91,7 @@ uint32_t ad_block_record(ad_tape *t, size_t offset)
         t->traits |= AD_BLOCK_NO_SECOND;
     if (b->kind->foreign)
         t->traits |= AD_SEEDS_UNSCALED;
-    if (!b->kind->partials)
+    if (!b->kind->partials && !b->kind->edges)
         t->traits |= AD_BLOCK_NO_EDGES;
     /* With room for all of them (a first-order recording: end is set),
      * the output slots are written in one loop; else one by one, which

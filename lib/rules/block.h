@@ -53,6 +53,18 @@ typedef struct ad_block_kind {
                      void (*each)(void *cx, size_t arg, double d), void *cx);
     void (*curvature)(ad_tape *t, ad_block *b, const double *ybar,
                       void (*each2)(void *cx, size_t a, size_t b, double v), void *cx);
+    /* Optional, for edge pushing in one call in place of partials,
+     * curvature and the exact pullback (a checkpointed loop, whose three
+     * come from one replay): from the outputs' cotangents ybar and the
+     * outputs the sweep reached (outs), each(cx, o, arg, partial) for
+     * the partials of each reached output (o ascending), each2 as
+     * curvature's, and the arguments' cotangents into xbar with the
+     * arguments reached flagged in args.  A rule that fails says so
+     * with ad_block_fail and writes NaN into xbar. */
+    void (*edges)(ad_tape *t, ad_block *b, const unsigned char *outs, const double *ybar,
+                  void (*each)(void *cx, uint32_t o, size_t arg, double d),
+                  void (*each2)(void *cx, size_t a, size_t b, double v), void *cx,
+                  double *xbar, unsigned char *args);
     /* Optional, for sparse Jacobians: sets the flags of the arguments
      * (listed, then the run) that the outputs flagged in outs depend on.
      * Without it every output depends on every argument. */

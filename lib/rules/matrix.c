@@ -13,21 +13,17 @@
 
 #include "block.h"
 #include "check.h"
+#include "mat_block.h"
 #include "pair.h"
 #include "seeded.h"
 #include "status.h"
 
 #define NONE SIZE_MAX
 
-typedef struct matrix {
-    ad_block base;
-    size_t rows, cols;
-    uint32_t first;  /* ID of entry (0, 0) */
-    int shape;
-    size_t last;     /* offset of the latest product with it, or NONE */
-    /* then: double values[rows * cols], row-major, the same by columns;
-     * uint32_t ids[rows * cols] */
-} matrix;
+/* A recorded matrix's block (mat_block.h): then double values[rows * cols],
+ * row-major, the same by columns; uint32_t ids[rows * cols].  Products'
+ * and maps' blocks start the same way (matrix_mul.c, matrix_map.c). */
+typedef ad_matrix_block matrix;
 
 typedef struct product {
     ad_block base;
@@ -44,13 +40,14 @@ typedef struct product {
 
 static const double *mat_values(const matrix *A)
 {
-    return (const double *)(const void *)(A + 1);
+    return ad_mat_block_values(A);
 }
 
-/* The values column by column, for computing products (columns_product). */
+/* The values column by column, for computing products (columns_product),
+ * or NULL where the block keeps none (a derived block's). */
 static const double *mat_columns(const matrix *A)
 {
-    return mat_values(A) + A->rows * A->cols;
+    return A->derived ? NULL : mat_values(A) + A->rows * A->cols;
 }
 
 static const double *prod_x(const product *p)
@@ -196,10 +193,9 @@ static void add_outer(const matrix *B, double *abar, const product *const *p, si
 /* The products' waiting parts (prod_reverse), latest first, as they
  * would have been added in place; then the entries' cotangents pass to
  * A's IDs. */
-static void mat_reverse(ad_tape *t, ad_block *b, uint32_t hid, double *adj, size_t L,
-                        size_t lane)
+void ad_mat_flush(ad_tape *t, const matrix *B, uint32_t hid, double *adj, size_t L,
+                  size_t lane)
 {
-    const matrix *B = (const matrix *)b;
     double *abar = adj + (size_t)(hid + 1) * L + lane;
     for (size_t at = B->last; L == 1 && at != NONE;) {
         const product *p[PRODUCTS];
@@ -214,6 +210,14 @@ static void mat_reverse(ad_tape *t, ad_block *b, uint32_t hid, double *adj, size
         }
         add_outer(B, abar, p, np);
     }
+}
+
+static void mat_reverse(ad_tape *t, ad_block *b, uint32_t hid, double *adj, size_t L,
+                        size_t lane)
+{
+    const matrix *B = (const matrix *)b;
+    double *abar = adj + (size_t)(hid + 1) * L + lane;
+    ad_mat_flush(t, B, hid, adj, L, lane);
     const uint32_t *ids = ad_block_ids(b);
     for (uint32_t k = 0; k < b->nout; k++)
         adj[(size_t)ids[k] * L + lane] += abar[(size_t)k * L];
@@ -332,11 +336,14 @@ static double row_tangent(const ad_tape *t, const product *p, const double *A, c
             s += A[j * n + l] * xdot[l];
     if (AD__LIKELY(s == s))
         return s;
-    const uint32_t *eid = ad_block_ids(ad_block_at(t, p->mat)) + j * n;
+    /* a recorded matrix's entries stand for A's IDs; a derived one's are
+     * its own outputs */
+    const matrix *B = (const matrix *)ad_block_at(t, p->mat);
+    const uint32_t *eid = B->derived ? NULL : ad_block_ids(&B->base) + j * n;
     const uint32_t *xid = p->x_active ? ad_block_ids(&p->base) : NULL;
     s = 0.0;
     for (size_t l = lo; l < hi; l++)
-        if (!ad_tangent_zero(t, eid[l]))
+        if (!ad_tangent_zero(t, eid ? eid[l] : p->entry0 + (uint32_t)(j * n + l)))
             s += adot[l * L] * x[l];
     for (size_t l = lo; xid && l < hi; l++)
         if (!ad_tangent_zero(t, xid[l]))
@@ -591,6 +598,8 @@ ad_status ad_mat_record(size_t m, size_t n, const ad_real *A, ad_mat *M)
     B->base.ids = sizeof(matrix) + 2 * mn * sizeof(double);
     B->rows = m;
     B->cols = n;
+    B->magic = AD_MAT_MAGIC;
+    B->derived = 0;
     double *v = (double *)(void *)(B + 1), *c = v + mn;
     uint32_t *ids = (uint32_t *)(void *)((char *)B + B->base.ids);
     for (size_t k = 0; k < mn; k++) {
@@ -603,7 +612,7 @@ ad_status ad_mat_record(size_t m, size_t n, const ad_real *A, ad_mat *M)
         return t->status;
     B = (matrix *)ad_block_at(t, at);
     B->first = first;
-    B->shape = M->shape;
+    B->shape = (int16_t)M->shape;
     B->last = NONE;
     M->id = first;
     M->at = at;
@@ -611,24 +620,29 @@ ad_status ad_mat_record(size_t m, size_t n, const ad_real *A, ad_mat *M)
     return AD_OK;
 }
 
-/* The recorded matrix M refers to, if it belongs to the recording t. */
-static const matrix *matrix_of(const ad_tape *t, const ad_mat *M)
+/* The recorded matrix M refers to, if it belongs to the recording t: a
+ * matrix block, or a product's or map's (mat_block.h). */
+const matrix *ad_mat_block_of(const ad_tape *t, const ad_mat *M)
 {
     if (M->recording != t->serial || M->at > t->blocks_len ||
         t->blocks_len - M->at < sizeof(matrix))
         return NULL;
     const matrix *B = (const matrix *)ad_block_at(t, M->at);
-    if (B->base.kind != &matrix_kind || B->first != M->id || B->rows != M->rows ||
-        B->cols != M->cols || B->shape != M->shape)
+    if (B->magic != AD_MAT_MAGIC || (B->base.kind == &matrix_kind) == B->derived ||
+        B->first != M->id || B->rows != M->rows || B->cols != M->cols || B->shape != M->shape)
         return NULL;
     return B;
 }
 
+#define matrix_of ad_mat_block_of
+
 /* Entry k of M's values, for the products computed without a record. */
-static double entry(const ad_mat *M, size_t k)
+double ad_mat_entry(const ad_mat *M, size_t k)
 {
     return M->a ? M->a[k] : M->ar[k].v;
 }
+
+#define entry ad_mat_entry
 
 /* Rows [*lo, *hi) of column l inside the shape (ad__mat_row_range turned
  * over); empty (lo >= hi) for a column past a lower triangle's rows. */
@@ -726,7 +740,10 @@ static void record_product(ad_tape *t, const ad_mat *M, const matrix *B, const a
     }
     /* A product's values wait in the work array until the outputs have IDs. */
     double *v = norm ? (double *)prod_y(p) : ad_block_work(t);
-    columns_product(m, n, M->shape, mat_columns(B), x, v);
+    if (mat_columns(B))
+        columns_product(m, n, M->shape, mat_columns(B), x, v);
+    else  /* a derived block's: by rows, bitwise the same */
+        ad__mat_rows(m, n, M->shape, mat_values(B), x, v);
     double sq = 0.0;
     for (size_t j = 0; norm && j < m; j++)
         sq += v[j] * v[j];  /* as ad_sqnorm */

@@ -65,6 +65,7 @@ typedef struct pairs {
     uint32_t *jarg;
     double *jval;
     size_t jstart_cap, jarg_cap, jval_cap, jlen;
+    uint32_t jrow;           /* an edges rule's output whose partials come in */
     const ad_block *blk;     /* the block being taken */
     ad_status status;
     int range;               /* a z h out of the double range was kept as NaN (scaled) */
@@ -470,6 +471,54 @@ static const double *pullback(const pairs *ps, ad_tape *t, ad_block *b, uint32_t
     return ad_block_pullback_reached(t, b, ybar);
 }
 
+/* A partial of output o from a kind's edges rule, which gives the outputs
+ * in order: jstart[] closed up to o. */
+static void row_partial(void *cx, uint32_t o, size_t arg, double d)
+{
+    pairs *ps = cx;
+    while (ps->jrow < o)
+        ps->jstart[++ps->jrow] = ps->jlen;
+    one_partial(cx, arg, d);
+}
+
+/* A block whose kind has an edges rule: partials, curvature and the
+ * pullback from one call (block.h). */
+static void block_edges(pairs *ps, ad_tape *t, double *adj, uint32_t hid, ad_block *b,
+                        size_t len)
+{
+    uint32_t m = b->nout;
+    size_t nx = (size_t)b->nargs + b->run_len;
+    if (ad_reserve((void **)&ps->jstart, &ps->jstart_cap, (size_t)m + 1, sizeof *ps->jstart) !=
+        AD_OK) {
+        ps->status = AD_ENOMEM;
+        return;
+    }
+    unsigned char *outs = ad_block_flags(t), *args = outs + m;
+    double *ybar = ad_block_ybar(t), *xbar = ybar + m;
+    for (uint32_t o = 0; o < m; o++) {
+        outs[o] = (unsigned char)is_reached(ps, hid + 1 + o);
+        ybar[o] = adj[hid + 1 + o];
+    }
+    memset(xbar, 0, nx * sizeof *xbar);
+    memset(args, 0, nx);
+    ps->jlen = 0;
+    ps->jrow = 0;
+    ps->jstart[0] = 0;
+    b->kind->edges(t, b, outs, ybar, row_partial, one_curvature, ps, xbar, args);
+    while (ps->jrow < m)
+        ps->jstart[++ps->jrow] = ps->jlen;
+    if (ps->status != AD_OK)
+        return;
+    push_block(ps, hid, len);
+    for (size_t k = 0; k < nx; k++) {
+        uint32_t id = ad_block_arg(b, ad_block_ids(b), k);
+        if (id && args[k]) {
+            adj[id] += xbar[k];
+            reach(ps, id);
+        }
+    }
+}
+
 static void block(pairs *ps, ad_tape *t, double *adj, uint32_t hid, const ad__record *hdr)
 {
     ad_block *b = ad_block_of(t, hdr);
@@ -481,6 +530,11 @@ static void block(pairs *ps, ad_tape *t, double *adj, uint32_t hid, const ad__re
         return;
     ps->blk = b;
     size_t len = take_outputs(ps, hid, m);
+    if (b->kind->edges) {
+        if (ps->status == AD_OK)
+            block_edges(ps, t, adj, hid, b, len);
+        return;
+    }
     gather_partials(ps, t, b);
     if (ps->status != AD_OK)
         return;

@@ -15,7 +15,7 @@ typedef struct failure {
 } failure;
 
 #define FUZZ_KEEP 16
-#define CROSS_COUNTS 10
+#define CROSS_COUNTS 13
 #define PROG_COUNTS 12
 
 typedef struct report {

@@ -21,6 +21,15 @@
  *              0 on the pairs it lacks, else AD_ESTRUCTURE with NaN values
  *              and the structure unchanged
  *
+ *   loops      a program whose checkpointed loops are recorded (c->run):
+ *              ad_sparse_hessian through them has the same status as
+ *              with the loops written out (c->p), or one AD_OK and the
+ *              other AD_EOVERFLOW (counted), and, both AD_OK, the same
+ *              structure, pair for pair: edge pushing carried through
+ *              the steps keeps the reach of the loop written out (the
+ *              values are check.c's, against the oracle); not where a
+ *              recorded matrix's product is recorded (has_matrix)
+ *
  * The program is c->p, with its checkpointed loops written out (the
  * oracle's); programs whose recording holds an external function without
  * an hvp rule are left out (both refuse them), and AD_ENOTSUP is a
@@ -38,7 +47,7 @@
 
 /* counts, in the report's cross[] */
 enum { X_PROGRAMS, X_VALUES, X_BEYOND, X_UNBOUNDED, X_STRUCTURE, X_OVER_DENSE, X_OVER_SPARSE,
-       X_KEPT, X_BITS, X_MOVED };
+       X_KEPT, X_BITS, X_MOVED, X_LOOPS, X_LOOP_PAIRS, X_LOOP_OVER };
 
 static double *dalloc(int n)
 {
@@ -537,6 +546,50 @@ static void values_into(check_ctx *c, const double *x, ad_csr *S, ad_status want
     free(g), free(rp), free(col);
 }
 
+/* Whether run holds a recorded matrix's product: its rule lists the
+ * pairs of arguments by their IDs, and an argument that is also another
+ * argument's (a loop's output written out is the step's input) moves
+ * its structural zeros (edge-push-block-zero): not compared. */
+static int has_matrix(const prog *run)
+{
+    for (int j = 0; j < run->ncode; j++)
+        if (run->code[j].op == OP_MAT_VEC || run->code[j].op == OP_MAT_SQNORM)
+            return 1;
+    return 0;
+}
+
+/* The structure through the recorded loops (c->run) against S, the one
+ * with the loops written out (status ss). */
+static void loop_structure(check_ctx *c, const ad_csr *S, ad_status ss)
+{
+    int n = c->p->n;
+    if (has_matrix(c->run))
+        return;
+    double f, *g = dalloc(n);
+    ad_csr L;
+    ad_status sl = ad_sparse_hessian(fuzz_objective, (void *)c->run, (size_t)n, c->p->x, &f, g, &L);
+    c->r->cross[X_LOOPS]++;
+    if (sl != ss) {
+        if ((sl == AD_OK && ss == AD_EOVERFLOW) || (sl == AD_EOVERFLOW && ss == AD_OK))
+            c->r->cross[X_LOOP_OVER]++;
+        else
+            cfail(c, "ad_sparse_hessian(loop)", "status", (int)ss, -1, (double)sl, ss, 0, NULL);
+    } else if (sl == AD_OK) {
+        if (!csr_ok(&L, n))
+            cfail(c, "ad_sparse_hessian(loop)", "csr", -1, -1, (double)L.nnz, 0, 0, NULL);
+        else
+            for (int i = 0; i < n; i++)
+                for (int k = 0; k <= i; k++) {
+                    int in_l = where(&L, i, k) >= 0, in_s = where(S, i, k) >= 0;
+                    c->r->cross[X_LOOP_PAIRS] += in_s;
+                    if (in_l != in_s)
+                        cfail(c, "ad_sparse_hessian(loop)", "structure", i, k, in_l, in_s, 0, NULL);
+                }
+    }
+    ad_csr_free(&L);
+    free(g);
+}
+
 /* A point near x: each finite coordinate moved by about 2^-10 of itself
  * (2^-20 at 0), so that most programs keep their branches and some
  * do not. */
@@ -576,6 +629,8 @@ void cross_hessians(check_ctx *c)
         else
             compare(c, D, &S);
     }
+    if (c->ui && c->drive == c->p && (ss != AD_OK || csr_ok(&S, n)))
+        loop_structure(c, &S, ss);
     if (ss == AD_OK && csr_ok(&S, n)) {
         ad_csr W = S, W1;
         W.val = malloc((S.nnz + 1) * sizeof *W.val);  /* the values S holds now */
@@ -605,7 +660,10 @@ void cross_summary(const long *t)
            "outside check.c's second-order window), %ld not (out of range, or not bounded by the "
            "oracle), %ld pairs outside the structure checked 0; AD_EOVERFLOW from "
            "ad_hessian alone %ld, from ad_sparse_hessian alone %ld; ad_sparse_hessian_values: "
-           "%ld calls AD_OK, %ld values bit for bit, %ld perturbed points refused (AD_ESTRUCTURE)\n",
+           "%ld calls AD_OK, %ld values bit for bit, %ld perturbed points refused (AD_ESTRUCTURE); "
+           "through recorded loops: %ld programs, %ld pairs of the written-out structure, the "
+           "same, %ld with AD_EOVERFLOW on one side only\n",
            t[X_PROGRAMS], t[X_VALUES], t[X_BEYOND], t[X_UNBOUNDED], t[X_STRUCTURE], t[X_OVER_DENSE],
-           t[X_OVER_SPARSE], t[X_KEPT], t[X_BITS], t[X_MOVED]);
+           t[X_OVER_SPARSE], t[X_KEPT], t[X_BITS], t[X_MOVED], t[X_LOOPS], t[X_LOOP_PAIRS],
+           t[X_LOOP_OVER]);
 }

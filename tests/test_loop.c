@@ -1969,7 +1969,8 @@ static prob *bad_prob;
 static ad_real bad_objective(const ad_real *x, size_t nx, void *ctx)
 {
     bad_call *c = ctx;
-    ad_real s0[2] = {x[0], x[1]}, p[4] = {x[2], x[3], x[4], x[5]}, sN[2];
+    ad_real s0[2] = {x[0], x[1]}, p[4] = {x[2], x[3], x[4], x[5]};
+    ad_real sN[2] = {ad_const(NAN), ad_const(NAN)};  /* a call without stateN leaves them */
     (void)nx;
     c->st = bad_loop(c->which, s0, p, sN, bad_prob);
     return ad_add(x[0], ad_add(sN[0], sN[1]));

@@ -288,7 +288,7 @@ static ad_status run_tangent(replay *rp, size_t k0, size_t k1)
         if (T) {
             memcpy(rp->vin, rp->reg + n, n * sizeof *rp->vin);
             s = ad_forward_in(T, n, rp->vin, rp->reg + n, rp->exact ? rp->flags : NULL);
-            if (rp->exact)
+            if (rp->exact && s == AD_OK)  /* a failed sweep leaves the flags unset */
                 carry(rp, rp->flags + rp->lp->n + rp->lp->np, NULL);
             ad_read_outputs(T, n, rp->reg);
         }
@@ -324,7 +324,7 @@ static ad_status sweep_step(replay *rp, size_t k)
         memcpy(rp->lamd, rp->xbd, n * sizeof *rp->lamd);
     } else {
         s = ad_reverse_in(T, n, rp->lam, rp->xb, rp->exact ? rp->flags : NULL);
-        if (rp->exact)
+        if (rp->exact && s == AD_OK)  /* a failed sweep leaves the flags unset */
             carry(rp, rp->flags + n, rp->flags + 2 * n);
     }
     for (size_t i = 0; i < np; i++)

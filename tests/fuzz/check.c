@@ -413,7 +413,7 @@ static void drv_hvp(check_ctx *c, double *h0)
 {
     const prog *p = c->p;
     double fx, *g = dalloc(p->n), *hv = dalloc(p->n);
-    ad_status want = c->ext_nojvp ? AD_ENOTSUP : AD_OK;  /* an external without hvp */
+    ad_status want = c->ext_nojvp || c->nod2f ? AD_ENOTSUP : AD_OK;  /* an external without hvp, a map without d2f */
     c->allow_over = second_over(c, 1);
     if (status(c, "ad_hvp", ad_hvp(fuzz_objective, (void *)c->run, (size_t)p->n, p->x, p->v, &fx, g, hv), want)) {
         values(c, "ad_hvp", &fx, 1);
@@ -434,7 +434,7 @@ static void drv_hessian(check_ctx *c, double *h0)
 {
     const prog *p = c->p;
     double fx, *g = dalloc(p->n), *H = dalloc(p->n * p->n);
-    ad_status want = c->ext_nojvp ? AD_ENOTSUP : AD_OK;  /* an external without hvp */
+    ad_status want = c->ext_nojvp || c->nod2f ? AD_ENOTSUP : AD_OK;  /* an external without hvp, a map without d2f */
     c->allow_over = second_over(c, 0);
     if (status(c, "ad_hessian", ad_hessian(fuzz_objective, (void *)c->run, (size_t)p->n, p->x, &fx, g, H), want)) {
         values(c, "ad_hessian", &fx, 1);
@@ -461,7 +461,7 @@ static void drv_sparse_hessian(check_ctx *c)
     const prog *p = c->p;
     double fx, *g = dalloc(p->n);
     ad_csr H;
-    ad_status want = c->ext_nojvp ? AD_ENOTSUP : AD_OK;  /* an external without hvp */
+    ad_status want = c->ext_nojvp || c->nod2f ? AD_ENOTSUP : AD_OK;  /* an external without hvp, a map without d2f */
     c->allow_over = second_over(c, 0);
     ad_status got = ad_sparse_hessian(fuzz_objective, (void *)c->run, (size_t)p->n, p->x, &fx, g, &H);
     if (status(c, "ad_sparse_hessian", got, want)) {
@@ -537,6 +537,10 @@ static void recorded_externals(check_ctx *c)
             c->ext = 1;
             c->ext_nojvp |= in->sub;
         }
+        /* a map by the user's function without d2f, recorded (docs/api.md,
+         * ad_mat_map_fn): ad_hvp, ad_hessian, ad_sparse_hessian refuse it */
+        if (insn_map_op(in) == MAP_USER_NOD2F && in->nout > 0 && c->L.recd[in->out + in->nout - 1])
+            c->nod2f = 1;
     }
 }
 
@@ -1209,7 +1213,7 @@ void check_program(const prog *run, report *r)
     cross_hessians(&c);
     if (program_this)
         program_checks(&c);
-    zero_signs(&c, rows, c.ext_nojvp ? 2 : 4, s0_has, s0);
+    zero_signs(&c, rows, c.ext_nojvp || c.nod2f ? 2 : 4, s0_has, s0);
     if (has_loop)
         loop_cross_check(&c);
     if (fuzz_interp_errors != before)

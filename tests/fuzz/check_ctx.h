@@ -32,6 +32,7 @@ struct check_ctx {
     pass *fe, *re;       /* forward passes seeded with e_i, reverse with e_j */
     pass fv, rw;         /* seeded with v, with w */
     int ext, ext_nojvp;
+    int nod2f;           /* a recorded ad_mat_map_fn without d2f: second order is AD_ENOTSUP */
     int jac_forward;     /* ad_jacobian sweeps forward */
     int over_first;      /* some first-order entry is outside a double sweep's range */
     int allow_over;      /* the driver being checked may fail with AD_EOVERFLOW */

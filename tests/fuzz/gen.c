@@ -25,6 +25,10 @@
 /* Of the programs with neither, one in GUARD_SHARE holds branches placed
  * to flip near its point (gen_guard; README.md, "Recorded programs"). */
 #define GUARD_SHARE 5
+/* Of the programs without loops and nested derivatives, one in MAT_SHARE
+ * holds recorded-matrix products and maps (ad_mat_mul, ad_mat_map; gen_mat),
+ * from a stream of their own, beside the instructions it has without them. */
+#define MAT_SHARE 4
 
 uint64_t rng_next(rng *r)
 {
@@ -357,7 +361,7 @@ static void gen_insn(gen *g, int depth)
     } else if (u < 72) {
         gen_binary(g);
     } else if (u < 92) {
-        gen_array(g, OP_FIRST_ARRAY + rng_int(&g->r, OP_COUNT - OP_FIRST_ARRAY));
+        gen_array(g, OP_FIRST_ARRAY + rng_int(&g->r, OP_MAT_MUL - OP_FIRST_ARRAY));
     } else if (u < 95) {
         insn in = blank(OP_CONST);
         in.k = num(g);
@@ -367,6 +371,94 @@ static void gen_insn(gen *g, int depth)
     } else {
         gen_nest(g, depth);
     }
+}
+
+/* ---- recorded-matrix products and maps (OP_MAT_MUL, OP_MAT_MAP) ---- */
+
+/* A small active entry, for log and sqrt near the edge of their domain:
+ * |s| (tame programs; edge ones half the time) times 1e-300, a subnormal,
+ * DBL_MIN, ... (0 where s is). */
+static int tiny_entry(gen *g, rng *mr)
+{
+    static const double tiny[] = {1e-300, 0x1p-1070, 0x1p-1022, 1e-160, 1e-20};
+    int s = pick(g);
+    if (g->tame || rng_int(mr, 2)) {
+        insn a = blank(OP_FABS);
+        a.a = s;
+        s = append(g, a);
+    }
+    insn in = blank(OP_MUL);
+    in.mode = 1;
+    in.a = s;
+    in.k = tiny[rng_int(mr, 5)];
+    return append(g, in);
+}
+
+/* count entries of a matrix into ids: slots so far, one in eight a
+ * constant (zeros among them), and for a map by log or sqrt (map >= 0) in
+ * a tame program slots in the domain, one in four (any program) tiny. */
+static void mat_entries(gen *g, rng *mr, int *ids, int count, int map)
+{
+    int edge = map == AD_MAP_LOG || map == AD_MAP_SQRT;
+    for (int i = 0; i < count; i++) {
+        int u = rng_int(mr, 8);
+        if (u == 0) {
+            insn c = blank(OP_CONST);
+            c.k = rng_int(mr, 3) == 0 ? (rng_int(mr, 2) ? 0.0 : -0.0) : num(g);
+            ids[i] = append(g, c);
+        } else if (edge && u < 3) {
+            ids[i] = tiny_entry(g, mr);
+        } else {
+            ids[i] = edge && g->tame ? operand(g, OP_LOG) : pick(g);
+        }
+    }
+}
+
+/* One ad_mat_mul or ad_mat_map node (prog.h): 1 to 3 rows and columns,
+ * inner dimension 0 to 3; every kind, bias, stage and map from mr. */
+static void gen_mat(gen *g, rng *mr)
+{
+    prog *p = g->p;
+    int *ids = malloc(40 * sizeof *ids);
+    if (rng_int(mr, 3) == 0) {
+        insn in = blank(OP_MAT_MAP);
+        in.rows = 1 + rng_int(mr, 3);
+        in.len = 1 + rng_int(mr, 3);
+        in.sub = rng_int(mr, MAP_USER_NOD2F + 1);
+        mat_entries(g, mr, ids, in.rows * in.len, in.sub);
+        in.arg = p->nargs;
+        for (int i = 0; i < in.rows * in.len; i++)
+            push_arg(g, ids[i]);
+        in.nout = in.rows * in.len;
+        append(g, in);
+        free(ids);
+        return;
+    }
+    insn in = blank(OP_MAT_MUL);
+    int kind = rng_int(mr, 4), stage = rng_int(mr, 4);
+    int m = 1 + rng_int(mr, 3), k = rng_int(mr, 8) == 0 ? 0 : 1 + rng_int(mr, 3), n = 1 + rng_int(mr, 3);
+    if (kind == 3)
+        k = n = m;
+    if (stage == 1)
+        n = m;
+    if (stage == 2)
+        k = m;
+    int bias = rng_int(mr, 2), bconst = bias && rng_int(mr, 3) == 0;
+    in.rows = m, in.len = k, in.cols = n;
+    in.mode = kind | bias << 2 | bconst << 3 | stage << 4;
+    in.sub = stage == 3 ? rng_int(mr, MAP_USER_NOD2F + 1) : 0;
+    int na = (kind != 2 ? m * k : 0) + (kind == 0 || kind == 2 ? k * n : 0) + (bias && !bconst ? m : 0);
+    mat_entries(g, mr, ids, na, -1);
+    in.arg = p->nargs;
+    for (int i = 0; i < na; i++)
+        push_arg(g, ids[i]);
+    int nc = (kind == 2 ? m * k : 0) + (kind == 1 ? k * n : 0) + (bconst ? m : 0);
+    in.cst = p->nconsts;
+    for (int i = 0; i < nc; i++)
+        push_const(g, rng_int(mr, 8) == 0 ? 0.0 : num(g));
+    in.nout = m * n * (stage ? 2 : 1);
+    append(g, in);
+    free(ids);
 }
 
 /* ---- nested derivatives (OP_NESTR) ---- */
@@ -644,6 +736,8 @@ void gen_program(prog *p, uint64_t seed, int size_hint)
      * GUARD_SHARE of those with neither, beside the instructions the
      * program has without them. */
     int guards = !depth && !loops && !nests && rng_int(&gr, GUARD_SHARE) == 0;
+    rng mr = {seed ^ 0x9b05688c2b3e6c1fU};
+    int mats = !depth && !loops && !nests && rng_int(&mr, MAT_SHARE) == 0;
     if (nests && rng_int(&nr, 4) != 0)
         g.tame = 1;
     int shape = rng_int(&g.r, 10);
@@ -669,7 +763,13 @@ void gen_program(prog *p, uint64_t seed, int size_hint)
     int first_loop = rng_int(&lr, count), nloops = 0;
     int first_nest = rng_int(&nr, count), nnests = 0;
     int first_guard = rng_int(&gr, count), nguards = 0, guard_at = -1;
+    int first_mat = rng_int(&mr, count), nmats = 0, mat_at = -1;
     for (int i = 0; i < count; i++) {
+        if (mats && nmats < 4 && (i == first_mat || rng_int(&mr, 8) == 0)) {
+            gen_mat(&g, &mr);
+            if (!nmats++)
+                mat_at = p->code[p->ncode - 1].out;
+        }
         if (guards && nguards < 3 && (i == first_guard || rng_int(&gr, 8) == 0)) {
             gen_guard(&g, &gr);
             if (!nguards++)
@@ -715,6 +815,10 @@ void gen_program(prog *p, uint64_t seed, int size_hint)
     for (int j = 0; guard_at >= 0 && j < p->m; j++)
         if (rng_int(&gr, 2))
             p->outs[j] = guard_at + rng_int(&gr, p->nslots - guard_at);
+    /* A program with matrix nodes: half its outputs made at or after the first */
+    for (int j = 0; mat_at >= 0 && j < p->m; j++)
+        if (rng_int(&mr, 2))
+            p->outs[j] = mat_at + rng_int(&mr, p->nslots - mat_at);
     /* Directions and weights: nonzero, so that every input and output is
      * seeded; edge programs sometimes scale them far out. */
     for (int i = 0; i < p->n; i++)

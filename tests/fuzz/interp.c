@@ -280,6 +280,16 @@ static void loop_r(const prog *p, const insn *in, ad_real *s)
     free(x);
 }
 
+/* ---- OP_MAT_MAP's user function (prog.h): f = sin x + a x^2, a the ctx ---- */
+double fuzz_map_scale = 0.25;
+
+static double map_f(double x, void *ctx) { return sin(x) + *(const double *)ctx * x * x; }
+static double map_df(double x, void *ctx) { return cos(x) + 2.0 * *(const double *)ctx * x; }
+static double map_d2f(double x, void *ctx) { return 2.0 * *(const double *)ctx - sin(x); }
+
+const ad_map_fn fuzz_map_fn = {map_f, map_df, map_d2f};
+const ad_map_fn fuzz_map_fn_nod2f = {map_f, map_df, NULL};
+
 /* ---- the two instantiations ---- */
 
 static void external_d(const ad_rule *rule, int n, const double *x, int m, double *y)
@@ -306,7 +316,11 @@ static void external_r(const ad_rule *rule, int n, const ad_real *x, int m, ad_r
 #define NESTR nestr_d
 #define NESTOUT nestout_d
 #define BRANCH branch_d
+#define MATOPS matops_d
+#define MAPAPPLY mapapply_d
 #include "interp_body.h"
+#undef MATOPS
+#undef MAPAPPLY
 #undef BRANCH
 #undef NESTR
 #undef NESTOUT
@@ -331,6 +345,8 @@ static void external_r(const ad_rule *rule, int n, const ad_real *x, int m, ad_r
 #define NESTR nestr_r
 #define NESTOUT nestout_r
 #define BRANCH branch_r
+#define MATOPS matops_r
+#define MAPAPPLY mapapply_r
 #include "interp_body.h"
 
 void run_double(const prog *p, const double *x, double *slots)

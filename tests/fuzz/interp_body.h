@@ -6,6 +6,69 @@
  * recorded program keeps).
  * RUN evaluates instructions [j0, j1) over the slots s. */
 
+/* C = map op of A (prog.h, MAT_MAP): 1 if it failed. */
+static int MAPAPPLY(int op, const ad_mat *A, T *out, ad_mat *C)
+{
+    if (op < MAP_USER)
+        return ad_mat_map((ad_map_op)op, A, out, C) != AD_OK;
+    return ad_mat_map_fn(op == MAP_USER ? &fuzz_map_fn : &fuzz_map_fn_nod2f, &fuzz_map_scale, A,
+                         out, C) != AD_OK;
+}
+
+/* OP_MAT_MUL and OP_MAT_MAP (prog.h): the handles are made and used inside
+ * the instruction; its outputs o are the blocks' entries. */
+static void MATOPS(const prog *p, const insn *in, const T *s, T *o)
+{
+    const int *g = p->args + in->arg;
+    const double *c = p->consts + in->cst;
+    int m = in->rows, k = in->len, n = in->cols, na = prog_nargs(in), bad = 0;
+    T *t = malloc(((size_t)na + 1) * sizeof *t);
+    for (int i = 0; i < na; i++)
+        t[i] = s[g[i]];
+    ad_mat A, B, C, D;
+    if (in->op == OP_MAT_MAP) {
+        bad |= ad_mat_make((size_t)m, (size_t)k, t, &A) != AD_OK;
+        bad |= MAPAPPLY(in->sub, &A, o, &C);
+    } else {
+        int kind = in->mode & 3, stage = in->mode >> 4 & 3, at = 0, ct = 0;
+        T *bias = NULL;
+        const double *biasc = NULL;
+        if (kind != 2) {
+            bad |= ad_mat_make((size_t)m, (size_t)k, t, &A) != AD_OK;
+            at += m * k;
+        } else {
+            bad |= ad_mat_wrap((size_t)m, (size_t)k, c, &A) != AD_OK;
+            ct += m * k;
+        }
+        if (kind == 0 || kind == 2) {
+            bad |= ad_mat_make((size_t)k, (size_t)n, t + at, &B) != AD_OK;
+            at += k * n;
+        } else if (kind == 1) {
+            bad |= ad_mat_wrap((size_t)k, (size_t)n, c + ct, &B) != AD_OK;
+            ct += k * n;
+        }
+        if ((in->mode & 12) == 4)
+            bias = t + at;
+        else if (in->mode & 4)
+            biasc = c + ct;
+        const ad_mat *Bp = kind == 3 ? &A : &B;  /* the same handle both sides */
+        if (biasc)
+            bad |= ad_mat_mul(&A, Bp, biasc, o, &C) != AD_OK;
+        else
+            bad |= ad_mat_mul(&A, Bp, bias, o, &C) != AD_OK;
+        T *o2 = o + m * n, *none = NULL;
+        if (stage == 1)
+            bad |= ad_mat_mul(&C, &C, none, o2, &D) != AD_OK;
+        else if (stage == 2)
+            bad |= ad_mat_mul(&A, &C, none, o2, &D) != AD_OK;
+        else if (stage == 3)
+            bad |= MAPAPPLY(in->sub, &C, o2, &D);
+    }
+    if (bad)
+        fuzz_interp_errors++;
+    free(t);
+}
+
 static void RUN(const prog *p, T *s, int j0, int j1)
 {
     for (int j = j0; j < j1; j++) {
@@ -23,6 +86,7 @@ static void RUN(const prog *p, T *s, int j0, int j1)
         case OP_LOOPOUT: case OP_NESTIN: o[0] = s[in->a]; continue;
         case OP_NESTR: NESTR(p, in, s); continue;
         case OP_NESTOUT: o[0] = NESTOUT(in, s); continue;
+        case OP_MAT_MUL: case OP_MAT_MAP: MATOPS(p, in, s, o); continue;
         default: break;
         }
         if (in->op < OP_FIRST_BINARY) {

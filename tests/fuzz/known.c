@@ -72,6 +72,19 @@ static int dead_overflow(const check_ctx *c, int s)
     return 0;
 }
 
+/* Whether slot s is an entry of an ad_mat_map (a MAT_MAP's, a MAT_MUL's
+ * stage 3): its rule is an entry's own, not a whole matrix's. */
+static int map_slot(const prog *p, int s)
+{
+    for (int j = 0; j < p->ncode; j++) {
+        const insn *in = &p->code[j];
+        if (s >= in->out && s < in->out + in->nout)
+            return insn_map_op(in) >= 0 &&
+                   (in->op == OP_MAT_MAP || s - in->out >= in->rows * in->cols);
+    }
+    return 0;
+}
+
 /* 1. Dead records poison reverse sweeps: a record that the seeded outputs
  * do not reach has a non-finite partial towards the failing input, and the
  * sweep applies it with cotangent 0 (0 x Inf = NaN). */
@@ -83,8 +96,9 @@ static int dead_records(const check_ctx *c, const failure *f)
     if (mode != 'r' && mode != '2')
         return 0;
     int any_matrix = 0;
-    for (int j = 0; j < c->p->ncode; j++)
-        any_matrix |= c->p->code[j].op == OP_MAT_VEC || c->p->code[j].op == OP_MAT_SQNORM;
+    for (int j = 0; j < c->p->ncode; j++)  /* ad_mat_mul's rule too (docs/conventions.md, "Inside a block") */
+        any_matrix |= c->p->code[j].op == OP_MAT_VEC || c->p->code[j].op == OP_MAT_SQNORM ||
+                      c->p->code[j].op == OP_MAT_MUL;
     if (!any_matrix)
         return 0;  /* elsewhere the exact reruns fixed it: a failure is a regression */
     /* the symptom is a NaN: 0 x Inf, or AD_EOVERFLOW where a dead row's
@@ -102,8 +116,8 @@ static int dead_records(const check_ctx *c, const failure *f)
     }
     const lin *L = &c->L;
     for (int s = 0; s < L->nslots; s++) {
-        if (!L->active[s] || (L->omask[s] & seeds) || s < L->n)
-            continue;
+        if (!L->active[s] || (L->omask[s] & seeds) || s < L->n || map_slot(c->p, s))
+            continue;  /* a map's entries are not a whole matrix's rule: not this class */
         for (int e = L->e0[s]; e < L->e0[s + 1]; e++) {
             int k = L->e[e].from;
             int to_input = f->i < 0 || !strcmp(f->kind, "status") || (L->imask[k] >> f->i & 1) ||
@@ -119,6 +133,42 @@ static int dead_records(const check_ctx *c, const failure *f)
             return 1;
     }
     return 0;
+}
+
+/* 1m. A library bug, reported (lib/rules/matrix_map.c): ad_mat_map's
+ * second-order sweeps (ad_hvp, ad_hessian, ad_sparse_hessian) apply an
+ * entry that output 0 does not reach, with cotangent 0, so a non-finite
+ * partial or second partial there gives NaN (or AD_EOVERFLOW) where the
+ * scalar records are left out; first order is exact.  f = (x0^2, x1^2)[1]
+ * by AD_MAP_SQUARE at x = (-DBL_MAX, 1): ad_hvp's grad[0] and H[0][0] are
+ * NaN, not 0 (seed 2571).  The predicate: a second-order failure, NaN or a
+ * status, and a map entry that output 0 does not reach with a non-finite
+ * value, partial or second partial, there or in what it reads (the zero
+ * cotangent it passes on makes those records applied too: seed 1165, relu
+ * of atan(2^1e200)). */
+static int map_dead_entry_second(const check_ctx *c, const failure *f)
+{
+    int second = failure_mode(c, f) == '2' || strstr(f->driver, "hessian") || strstr(f->driver, "hvp");
+    if (!second || (strcmp(f->kind, "status") && f->got == f->got))
+        return 0;
+    const lin *L = &c->L;
+    unsigned char *up = calloc((size_t)L->nslots + 1, 1);  /* dead map entries and what they read */
+    int hit = 0;
+    for (int s = L->n; s < L->nslots; s++)
+        up[s] = L->active[s] && !(L->omask[s] & 1) && map_slot(c->p, s);
+    for (int s = L->nslots - 1; s >= L->n && !hit; s--) {
+        if (!up[s])
+            continue;
+        hit |= !isfinite(c->val[s]);
+        for (int e = L->e0[s]; e < L->e0[s + 1]; e++) {
+            hit |= !isfinite((double)L->e[e].p);
+            up[L->e[e].from] = 1;  /* its cotangent 0 reaches them as applied records */
+        }
+        for (int h = L->h0[s]; h < L->h0[s + 1]; h++)
+            hit |= !isfinite((double)L->h[h].p2);
+    }
+    free(up);
+    return hit;
 }
 
 /* 2. Forward sweeps multiply a non-finite partial by a tangent that is a
@@ -137,6 +187,25 @@ static int matrix_const_nonfinite(const check_ctx *c, const pass *P, int r)
     const lin *L = &c->L;
     for (int j = 0; j < c->p->ncode; j++) {
         const insn *in = &c->p->code[j];
+        if (in->op == OP_MAT_MUL) {  /* a constant (wrapped) operand's zero tangents times the other's entries */
+            int on = 0, nonfinite = 0, constant = (in->mode & 3) == 1 || (in->mode & 3) == 2;
+            for (int s = in->out; s < in->out + in->nout; s++)
+                on |= L->omask[s] >> r & 1;
+            for (int k = 0; k < prog_nargs(in); k++) {
+                int a = c->p->args[in->arg + k];
+                nonfinite |= !isfinite(c->val[a]);
+                constant |= !L->active[a];
+            }
+            for (int k = 0; k < prog_nconsts(in); k++)
+                nonfinite |= !isfinite(c->p->consts[in->cst + k]);
+            for (int s = in->out; s < in->out + in->rows * in->cols && (in->mode >> 4 & 3) != 0; s++) {
+                nonfinite |= !isfinite(c->val[s]);  /* C, an operand of the second stage */
+                constant |= !L->active[s];
+            }
+            if (on && nonfinite && constant)
+                return 1;
+            continue;
+        }
         if (in->op != OP_MAT_VEC && in->op != OP_MAT_SQNORM)
             continue;
         int on = 0, nonfinite = 0, constant = in->mode == 1;
@@ -224,7 +293,9 @@ static int matrix_constant_row(const check_ctx *c, const failure *f)
         return 0;
     for (int j = 0; j < c->p->ncode; j++) {  /* a phantom row of a product (not a loop's output) */
         const insn *in = &c->p->code[j];
-        for (int s = in->out; (in->op == OP_MAT_VEC || in->op == OP_MAT_SQNORM) && s < in->out + in->nout; s++)
+        int block = in->op == OP_MAT_VEC || in->op == OP_MAT_SQNORM || in->op == OP_MAT_MUL ||
+                    in->op == OP_MAT_MAP;  /* an ad_mat_mul entry, an ad_mat_map entry of a constant one */
+        for (int s = in->out; block && s < in->out + in->nout; s++)
             if (c->L.recd[s] && !c->L.active[s])
                 return 1;
     }
@@ -884,6 +955,7 @@ static const known list[] = {
     {"doc-limit-prod-second", "documented limit (conventions.md): ad_prod's second partials are unscaled", doc_prod_second, 0, 0},
     {"pow-subnormal-partial", "documented (conventions.md, overflow and underflow): pow's b a^(b-1) below DBL_MIN comes out 0", pow_subnormal_partial, 0, 0},
     {"oracle-mat-sqnorm-range", "oracle limit: ad_mat_sqnorm's 2 y A products past the double range are not modelled as out of range", mat_sqnorm_range, 0, 0},
+    {"map-dead-entry-second", "documented (conventions.md, where the drivers still differ): ad_mat_map's second-order rule applies entries nothing reaches, 0 x Inf", map_dead_entry_second, 0, 0},
     {"dead-records", "documented (conventions.md, where the drivers still differ): inside a matrix block, rows nothing reaches still give 0 x Inf", dead_records, 0, 0},
     {"second-order-inf-partial", "documented (conventions.md, where the drivers still differ): ad_hessian multiplies an infinite first partial's tangent term by 0 (NaN) where edge pushing has no pair", second_inf_partial, 0, 0},
     {"second-order-cotangent-overflow", "documented (conventions.md, where the drivers still differ): ad_hessian/ad_hvp give NaN with AD_OK where a cotangent past the range meets a zero (no AD_EOVERFLOW from second-order overflow)", second_cotangent_overflow, 0, 0},

@@ -637,6 +637,156 @@ static void ext_edges(lin *L, const insn *in, int j)
         L->e[i].zskip = 1;
 }
 
+/* ---- recorded-matrix products and maps (OP_MAT_MUL, OP_MAT_MAP) ---- */
+
+/* The partial and second partial of map op (prog.h: an ad_map_op, or the
+ * user's function) at x, whose value is v: those of the scalar operation
+ * (docs/api.md: the same partial, conventions included; RELU fmax(x, 0),
+ * SQUARE x x), LOGISTIC's e / (1 + e)^2 with e = e^-|x|, the user's
+ * cos x + 2 a x. */
+static part map_part(int op, double xd, double v)
+{
+    static const int scalar[] = {OP_TANH, OP_EXP, OP_LOG, OP_SQRT, OP_SIN, OP_COS};
+    part r = {0, 0, 0, 0};
+    ld x = xd;
+    if (op <= AD_MAP_COS)
+        return unary(scalar[op], xd, v);
+    if (op == AD_MAP_RELU) {
+        part2 b = binary(OP_FMAX, xd, 0.0, v);
+        r.p = b.p[0], r.err = b.err[0], r.p2 = b.h[0], r.err2 = b.err2[0];
+        return r;
+    }
+    if (op == AD_MAP_SQUARE) {
+        r.p = 2 * x, r.p2 = 2;
+    } else if (op == AD_MAP_LOGISTIC) {
+        ld e = expl(-fabsl(x));
+        r.p = e / ((1 + e) * (1 + e));
+        r.p2 = -r.p * tanhl(x / 2);
+        r.err = U1 * EPS * fabsl(r.p);
+        r.err2 = U2 * EPS * fabsl(r.p2) + U2 * EPS * fabsl(r.p);  /* tanh(x / 2) near 0 */
+    } else {  /* the user's */
+        ld a = fuzz_map_scale;
+        r.p = cosl(x) + 2 * a * x;
+        r.p2 = 2 * a - sinl(x);
+        r.err = U1 * EPS * (fabsl(cosl(x)) + fabsl(2 * a * x));
+        r.err2 = U2 * EPS * (2 * a + fabsl(sinl(x)));
+    }
+    if (v != v)  /* a NaN value: so are the partials computed from it */
+        r.p = r.p2 = NAN;
+    if (op == AD_MAP_SQUARE)
+        r.err = U1 * EPS * fabsl(r.p);
+    return r;
+}
+
+static void map_edge(lin *L, int op, int from, int s)
+{
+    part r = map_part(op, L->val[from], L->val[s]);
+    int k = edge_add(L, from, r.p, r.err);
+    sec_add(L, k, k, r.p2, r.err2);
+}
+
+/* A MAT_MUL's operands (prog.h): slots (args) or constants, NULL where
+ * the other form is used; B is A for kind 3. */
+typedef struct matmul_ops {
+    const int *As, *Bs, *bs;
+    const double *Ac, *Bc, *bc;
+} matmul_ops;
+
+static matmul_ops matmul_operands(const prog *p, const insn *in)
+{
+    matmul_ops r = {0};
+    const int *g = p->args + in->arg;
+    const double *c = p->consts + in->cst;
+    int m = in->rows, k = in->len, n = in->cols, kind = in->mode & 3, at = 0, ct = 0;
+    if (kind != 2)
+        r.As = g, at += m * k;
+    else
+        r.Ac = c, ct += m * k;
+    if (kind == 0 || kind == 2)
+        r.Bs = g + at, at += k * n;
+    else if (kind == 1)
+        r.Bc = c + ct, ct += k * n;
+    else
+        r.Bs = r.As;
+    if ((in->mode & 12) == 4)
+        r.bs = g + at;
+    else if (in->mode & 4)
+        r.bc = c + ct;
+    return r;
+}
+
+/* The slots output o of a MAT_MUL or MAT_MAP reads (the node's own
+ * earlier outputs for a second stage); into buf (at most 2 * 3 + 2). */
+static int matop_reads(const prog *p, const insn *in, int o, int *buf)
+{
+    int n = 0;
+    if (in->op == OP_MAT_MAP) {
+        buf[0] = p->args[in->arg + o];
+        return 1;
+    }
+    matmul_ops M = matmul_operands(p, in);
+    int m = in->rows, k = in->len, nc = in->cols, stage = in->mode >> 4 & 3, C0 = in->out;
+    int i = (o % (m * nc)) / nc, j = o % nc;
+    if (o < m * nc) {
+        for (int l = 0; l < k; l++) {
+            if (M.As)
+                buf[n++] = M.As[i * k + l];
+            if (M.Bs)
+                buf[n++] = M.Bs[l * nc + j];
+        }
+        if (M.bs)
+            buf[n++] = M.bs[i];
+    } else if (stage == 3) {
+        buf[n++] = C0 + o - m * nc;
+    } else {
+        for (int l = 0; l < (stage == 1 ? nc : k); l++) {
+            if (stage == 1)
+                buf[n++] = C0 + i * nc + l;
+            else if (M.As)
+                buf[n++] = M.As[i * k + l];
+            buf[n++] = C0 + l * nc + j;
+        }
+    }
+    return n;
+}
+
+/* Output o of a MAT_MUL: C(i, j) = sum_l A(i, l) B(l, j) + bias(i), the
+ * partials B(l, j) and A(i, l) (the entries themselves, exact) and the mixed
+ * second partial 1; then D = C C or A C from the node's own outputs C, or a
+ * map of C. */
+static void matmul_edges(lin *L, const insn *in, int o)
+{
+    matmul_ops M = matmul_operands(L->p, in);
+    const double *val = L->val;
+    int m = in->rows, k = in->len, n = in->cols, stage = in->mode >> 4 & 3, C0 = in->out;
+    int i = (o % (m * n)) / n, j = o % n;
+#define VA(i, l) (M.As ? (ld)val[M.As[(i) * k + (l)]] : (ld)M.Ac[(i) * k + (l)])
+#define VB(l, j) (M.Bs ? (ld)val[M.Bs[(l) * n + (j)]] : (ld)M.Bc[(l) * n + (j)])
+    if (o < m * n) {
+        for (int l = 0; l < k; l++) {
+            int pa = M.As ? edge_add(L, M.As[i * k + l], VB(l, j), 0) : -1;
+            int pb = M.Bs ? edge_add(L, M.Bs[l * n + j], VA(i, l), 0) : -1;
+            sec_add(L, pa, pb, 1, 0);
+        }
+        if (M.bs)
+            edge_add(L, M.bs[i], 1, 0);
+        return;
+    }
+    if (stage == 3) {
+        map_edge(L, in->sub, C0 + o - m * n, in->out + o);
+        return;
+    }
+    for (int l = 0; l < (stage == 1 ? n : k); l++) {
+        int left = stage == 1 ? C0 + i * n + l : M.As ? M.As[i * k + l] : -1, right = C0 + l * n + j;
+        ld lv = stage == 1 ? (ld)val[left] : VA(i, l);
+        int pa = left >= 0 ? edge_add(L, left, val[right], 0) : -1;
+        int pb = edge_add(L, right, lv, 0);
+        sec_add(L, pa, pb, 1, 0);
+    }
+#undef VA
+#undef VB
+}
+
 /* ---- one instruction ---- */
 
 static void scalar_edges(lin *L, const insn *in, int s)
@@ -713,6 +863,8 @@ static void array_edges(lin *L, const insn *in, int s, int n2nd)
                     in->mode == 1 ? c : NULL);
         break;
     case OP_EXTERNAL: ext_edges(L, in, o); break;
+    case OP_MAT_MUL: matmul_edges(L, in, o); break;
+    case OP_MAT_MAP: map_edge(L, in->sub, g[o], s); break;
     default: abort();
     }
     free(x);
@@ -734,6 +886,12 @@ static uint32_t args_smask(const lin *L, const insn *in, int o)
         return L->smask[in->a] | (in->op >= OP_FIRST_BINARY && in->mode == 0 ? L->smask[in->b] : 0);
     if (in->op == OP_MAT_VEC || in->op == OP_MAT_SQNORM)
         return 0;  /* a phantom row read only constants: it reaches nothing */
+    if (in->op == OP_MAT_MUL || in->op == OP_MAT_MAP) {  /* what the entry reads (its block's reach) */
+        int buf[16], nr = matop_reads(L->p, in, o, buf);
+        for (int t = 0; t < nr; t++)
+            m |= L->smask[buf[t]];
+        return m;
+    }
     if (in->op == OP_MATVEC_RR) {  /* row o of A, and x */
         for (int l = 0; l < in->len; l++)
             m |= L->smask[g[o * in->len + l]] | L->smask[g[in->rows * in->len + l]];
@@ -774,6 +932,7 @@ static void mark_recorded(lin *L, const insn *in)
         case OP_MATVEC_RR: na = in->rows * in->len + in->len; break;
         case OP_MAT_VEC: na = in->rows * in->len + (in->mode == 1 ? 0 : in->mode == 2 ? 2 * in->len : in->len); break;
         case OP_MAT_SQNORM: na = in->rows * in->len + (in->mode == 1 ? 0 : in->len); break;
+        case OP_MAT_MUL: case OP_MAT_MAP: na = prog_nargs(in); break;  /* one block: all or none */
         default: break;
         }
         for (int i = 0; i < na; i++)
@@ -998,6 +1157,20 @@ int oracle_singular(const lin *L, const insn *in, int s)
             bad |= !isfinite((double)r.h[i]) || (two && r.h[i] != 0 && fabsl(r.h[i]) < (ld)DBL_MIN);
         return bad;
     }
+    if (insn_map_op(in) >= 0 && (in->op == OP_MAT_MAP || s - in->out >= in->rows * in->cols)) {
+        int from = in->op == OP_MAT_MAP ? L->p->args[in->arg + s - in->out] : s - in->rows * in->cols;
+        part r = map_part(insn_map_op(in), val[from], val[s]);
+        if (!isfinite(val[from]) || !isfinite((double)r.p) || !isfinite((double)r.p2))
+            return 1;
+    }
+    if (in->op == OP_MAT_MUL) {  /* wrapped entries, and C for a second stage */
+        for (int i = 0; i < prog_nconsts(in); i++)
+            if (!isfinite(L->p->consts[in->cst + i]))
+                return 1;
+        for (int t = in->out; s - in->out >= in->rows * in->cols && t < in->out + in->rows * in->cols; t++)
+            if (!isfinite(val[t]))
+                return 1;
+    }
     if (in->op >= OP_FIRST_ARRAY) {  /* a non-finite element; a product's partials, large ones */
         int na = prog_nargs(in), prod = in->op == OP_PROD || in->op == OP_SQNORM || in->op == OP_DOT;
         for (int i = 0; i < na; i++) {
@@ -1027,6 +1200,15 @@ ld oracle_partial_max(const lin *L, const insn *in, int s)
     } else if (in->op >= OP_FIRST_ARRAY) {  /* the elements, as a product's partials */
         for (int i = 0; i < prog_nargs(in); i++)
             m = fmaxl(m, fabsl((ld)val[L->p->args[in->arg + i]]));
+        for (int i = 0; in->op == OP_MAT_MUL && i < prog_nconsts(in); i++)
+            m = fmaxl(m, fabsl((ld)L->p->consts[in->cst + i]));
+        for (int t = in->out; in->op == OP_MAT_MUL && t < s; t++)  /* C, for a second stage */
+            m = fmaxl(m, fabsl((ld)val[t]));
+        if (insn_map_op(in) >= 0 && (in->op == OP_MAT_MAP || s - in->out >= in->rows * in->cols)) {
+            int from = in->op == OP_MAT_MAP ? L->p->args[in->arg + s - in->out] : s - in->rows * in->cols;
+            part r = map_part(insn_map_op(in), val[from], val[s]);
+            m = fmaxl(m, fmaxl(fabsl(r.p), fabsl(r.p2)));
+        }
     }
     return m != m ? INFINITY : m;
 }

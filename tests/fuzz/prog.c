@@ -15,7 +15,7 @@ static const char *const names[OP_COUNT] = {
     "acosh", "atanh", "fabs", "erf", "erfc", "lgamma", "tgamma", "add", "sub", "mul", "div",
     "pow", "atan2", "hypot", "fmin", "fmax", "ad_sum", "ad_dot", "ad_dot_rd", "ad_sqnorm",
     "ad_prod", "ad_logsumexp", "ad_matvec", "ad_matvec_rr", "ad_axpy", "ad_mat_vec",
-    "ad_mat_sqnorm", "ad_external",
+    "ad_mat_sqnorm", "ad_external", "ad_mat_mul", "ad_mat_map",
 };
 
 const char *op_name(int op) { return op >= 0 && op < OP_COUNT ? names[op] : "?"; }
@@ -71,8 +71,30 @@ static int nconsts_of(const insn *in)
     case OP_DOT_RD: return in->len;
     case OP_MATVEC: return in->rows * in->len;
     case OP_MAT_VEC: case OP_MAT_SQNORM: return in->mode == 1 ? in->len : 0;
+    case OP_MAT_MUL: {
+        int kind = in->mode & 3, m = in->rows, k = in->len, n = in->cols;
+        return (kind == 2 ? m * k : 0) + (kind == 1 ? k * n : 0) + ((in->mode & 12) == 12 ? m : 0);
+    }
     default: return 0;
     }
+}
+
+int prog_has_matop(const prog *p, int nod2f)
+{
+    for (int j = 0; j < p->ncode; j++) {
+        const insn *in = &p->code[j];
+        if ((in->op == OP_MAT_MUL || in->op == OP_MAT_MAP) &&
+            (!nod2f || insn_map_op(in) == MAP_USER_NOD2F))
+            return 1;
+    }
+    return 0;
+}
+
+int insn_map_op(const insn *in)
+{
+    if (in->op == OP_MAT_MAP || (in->op == OP_MAT_MUL && (in->mode >> 4 & 3) == 3))
+        return in->sub;
+    return -1;
 }
 
 int prog_has_external(const prog *p, int *without_jvp)
@@ -120,6 +142,11 @@ static int nargs_of(const insn *in)
     case OP_MATVEC_RR: return R * L + L;
     case OP_MAT_VEC: return R * L + (in->mode == 1 ? 0 : in->mode == 2 ? 2 * L : L);
     case OP_MAT_SQNORM: return R * L + (in->mode == 1 ? 0 : L);
+    case OP_MAT_MUL: {
+        int kind = in->mode & 3, n = in->cols;
+        return (kind != 2 ? R * L : 0) + (kind == 0 || kind == 2 ? L * n : 0) + ((in->mode & 12) == 4 ? R : 0);
+    }
+    case OP_MAT_MAP: return R * L;
     case OP_SUM: case OP_DOT_RD: case OP_SQNORM: case OP_PROD: case OP_LSE: case OP_MATVEC:
     case OP_EXTERNAL: case OP_NEST: return L;
     case OP_NESTR: return in->mode ? 2 * L : L;
@@ -204,6 +231,19 @@ static void print_insn(const prog *p, const insn *in, FILE *out, const char *ind
             fprintf(out, " a=%.17g", in->k);
         if (in->op == OP_EXTERNAL)
             fprintf(out, " %s", in->sub ? "(no jvp rule)" : "(with jvp rule)");
+        if (in->op == OP_MAT_MUL) {
+            static const char *const kinds[4] = {"recorded x recorded", "recorded x wrapped",
+                                                 "wrapped x recorded", "A A"};
+            static const char *const stages[4] = {"", " then D = C C", " then D = A C", " then D = map(C)"};
+            fprintf(out, " cols=%d (%s%s%s%s)", in->cols, kinds[in->mode & 3],
+                    in->mode & 4 ? (in->mode & 8 ? " + double bias" : " + bias") : "",
+                    stages[in->mode >> 4 & 3], "");
+        }
+        if (insn_map_op(in) >= 0) {
+            static const char *const maps[] = {"tanh", "exp", "log", "sqrt", "sin", "cos", "logistic",
+                                               "relu", "square", "user", "user without d2f"};
+            fprintf(out, " map=%s", maps[insn_map_op(in)]);
+        }
         if (in->op == OP_NEST)
             fprintf(out, " sub=%d result=%s%d", in->sub, in->d < 0 ? "fx" : "grad", in->d < 0 ? 0 : in->d);
         fprintf(out, " args[");
@@ -211,8 +251,7 @@ static void print_insn(const prog *p, const insn *in, FILE *out, const char *ind
         for (int i = 0; i < na; i++)
             fprintf(out, "%ss%d", i ? " " : "", p->args[in->arg + i]);
         fprintf(out, "]");
-        int nc = in->op == OP_DOT_RD ? in->len : in->op == OP_MATVEC ? in->rows * in->len
-               : (in->op == OP_MAT_VEC || in->op == OP_MAT_SQNORM) && in->mode == 1 ? in->len : 0;
+        int nc = nconsts_of(in);
         if (nc) {
             fprintf(out, " consts[");
             print_vec(out, p->consts + in->cst, nc);

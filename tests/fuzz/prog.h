@@ -25,6 +25,8 @@ enum {
     /* array primitives over the args pool */
     OP_SUM, OP_DOT, OP_DOT_RD, OP_SQNORM, OP_PROD, OP_LSE, OP_MATVEC, OP_MATVEC_RR,
     OP_AXPY, OP_MAT_VEC, OP_MAT_SQNORM, OP_EXTERNAL,
+    /* recorded-matrix products and maps (generated from a stream of their own) */
+    OP_MAT_MUL, OP_MAT_MAP,
     OP_COUNT
 };
 #define OP_FIRST_UNARY OP_NEG
@@ -66,7 +68,18 @@ enum {
  *   MAT_VEC   A = args[arg..+rows*len) recorded; mode 0: x = args after A;
  *             mode 1: x = consts[cst..+len); mode 2: two products, x1, x2 after A
  *   MAT_SQNORM as MAT_VEC modes 0 and 1, one output
- *   EXTERNAL  x = args, rows outputs; sub 0: rule with jvp, 1: without */
+ *   EXTERNAL  x = args, rows outputs; sub 0: rule with jvp, 1: without
+ *   MAT_MUL   C = A B (+ bias), A rows x len, B len x cols (ad_mat_mul); mode bits:
+ *             kind (mode & 3): 0 A, B recorded (args); 1 A recorded, B wrapped (consts);
+ *             2 A wrapped, B recorded; 3 C = A A, one recorded handle both sides
+ *             (rows = len = cols); 4: a bias of rows entries, 8: the bias a double
+ *             array (consts, _rd; else args, _rr); stage (mode >> 4 & 3): 0 C alone,
+ *             1 then D = C C (rows = cols), 2 then D = A C (len = rows), 3 then
+ *             D = map sub of C.  args: A's entries (kinds 0, 1, 3), B's (0, 2), the
+ *             bias; consts: A's (2), B's (1), the bias.  Outputs C, then D
+ *   MAT_MAP   C = map sub of A, A = args[arg..+rows*len) recorded (ad_mat_map):
+ *             sub < AD_MAP_COUNT an ad_map_op, MAP_USER (MAP_USER_NOD2F) the
+ *             user's function with (without) d2f; rows*len outputs */
 typedef struct insn {
     int op, mode;
     int a, b, c, d;
@@ -74,7 +87,15 @@ typedef struct insn {
     int arg, len, rows, cst, sub;
     int out, nout;
     int steps, snaps;   /* LOOP */
+    int cols;           /* MAT_MUL: B's columns */
 } insn;
+
+/* OP_MAT_MAP's user functions (interp.c): f = sin x + a x^2 with a =
+ * fuzz_map_scale (the ctx), f' = cos x + 2 a x, f'' = 2 a - sin x. */
+#define MAP_USER AD_MAP_COUNT
+#define MAP_USER_NOD2F (AD_MAP_COUNT + 1)
+extern double fuzz_map_scale;
+extern const ad_map_fn fuzz_map_fn, fuzz_map_fn_nod2f;
 
 typedef struct prog {
     int n, m, nslots;
@@ -111,6 +132,10 @@ int prog_delete(prog *p, int j);
 const char *op_name(int op);
 int prog_has_external(const prog *p, int *without_jvp);
 int prog_has_loop(const prog *p);
+/* A MAT_MUL or MAT_MAP (or, with nod2f, one mapping by the user's function
+ * without d2f). */
+int prog_has_matop(const prog *p, int nod2f);
+int insn_map_op(const insn *in);  /* the map a MAT_MAP or a MAT_MUL's stage 3 applies; -1 none */
 int prog_nestr_outs(const insn *in);  /* a NESTR's outputs: 1 + len, or 2 */
 int prog_nargs(const insn *in);
 int prog_nconsts(const insn *in);

@@ -120,7 +120,8 @@ static int holds_block(const prog *run, const unsigned char *act)
 {
     for (int j = 0; j < run->ncode; j++) {
         const insn *in = &run->code[j];
-        if (in->op == OP_MAT_VEC || in->op == OP_MAT_SQNORM) {
+        if (in->op == OP_MAT_VEC || in->op == OP_MAT_SQNORM || in->op == OP_MAT_MUL ||
+            in->op == OP_MAT_MAP) {  /* ad_mat_mul, ad_mat_map: an active result is refused */
             for (int o = 0; o < in->nout; o++)
                 if (act[in->out + o])
                     return 1;

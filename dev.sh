@@ -80,10 +80,10 @@ warnings)
     # The benchmarks are not built by default; build them here too.
     ninja -C build-gcc-werror benchmarks/dualrev-bench benchmarks/ba-bench benchmarks/gmm-bench benchmarks/lstm-bench \
         benchmarks/lanes-bench benchmarks/layout-bench \
-        benchmarks/loop-bench benchmarks/sum-bench
+        benchmarks/loop-bench benchmarks/sum-bench benchmarks/mlp-bench
     ninja -C build-clang-werror benchmarks/dualrev-bench benchmarks/ba-bench benchmarks/gmm-bench benchmarks/lstm-bench \
         benchmarks/lanes-bench benchmarks/layout-bench \
-        benchmarks/loop-bench benchmarks/sum-bench
+        benchmarks/loop-bench benchmarks/sum-bench benchmarks/mlp-bench
     ;;
 i386)
     # 32-bit x86 with SSE2 arithmetic: the suite, then under the sanitizers

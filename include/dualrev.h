@@ -137,7 +137,8 @@ typedef ad_real (*ad_objective)(const ad_real *x, size_t n, void *ctx);
  * looks valid.  May be called from inside an objective being recorded: the
  * inner call uses its own tape, and the outer objective may use the returned
  * numbers as constants.  Thread-safe: each thread has its own tapes. */
-AD_NODISCARD AD_API ad_status ad_gradient(ad_objective f, void *ctx, size_t n, const double *x,
+AD_NODISCARD
+AD_API ad_status ad_gradient(ad_objective f, void *ctx, size_t n, const double *x,
                              double *fx, double *grad);
 
 AD_API const char *ad_strerror(ad_status s);
@@ -146,7 +147,8 @@ AD_API const char *ad_strerror(ad_status s);
  * a recording too).  AD_EINVAL (f or fx NULL, x NULL with n > 0),
  * AD_ENOMEM, AD_EFOREIGN (f returned a value of a recording); *fx is then
  * NaN.  ad_evaluate_function: the same for m outputs. */
-AD_NODISCARD AD_API ad_status ad_evaluate(ad_objective f, void *ctx, size_t n, const double *x, double *fx);
+AD_NODISCARD
+AD_API ad_status ad_evaluate(ad_objective f, void *ctx, size_t n, const double *x, double *fx);
 
 static inline ad_real ad_const(double c)
 {
@@ -176,7 +178,8 @@ static inline double ad_value(ad_real x)
  * or lgamma or tgamma of an active value.  x (and v) are copied before f
  * runs; ctx is used only during the call.  On error the outputs are NaN
  * and the enclosing recording fails with the same status. */
-AD_NODISCARD AD_API ad_status ad_gradient_r(ad_objective f, void *ctx, size_t n, const ad_real *x,
+AD_NODISCARD
+AD_API ad_status ad_gradient_r(ad_objective f, void *ctx, size_t n, const ad_real *x,
                                ad_real *fx, ad_real *grad);
 
 /* ---- second order ----
@@ -190,14 +193,17 @@ AD_NODISCARD AD_API ad_status ad_gradient_r(ad_objective f, void *ctx, size_t n,
  * (it is symmetric to rounding).  On error every output is NaN.
  * AD_ENOTSUP if f calls an external function (ad_external) whose rule has
  * no hvp. */
-AD_NODISCARD AD_API ad_status ad_hvp(ad_objective f, void *ctx, size_t n, const double *x, const double *v,
+AD_NODISCARD
+AD_API ad_status ad_hvp(ad_objective f, void *ctx, size_t n, const double *x, const double *v,
                         double *fx, double *grad, double *hv);
-AD_NODISCARD AD_API ad_status ad_hessian(ad_objective f, void *ctx, size_t n, const double *x,
+AD_NODISCARD
+AD_API ad_status ad_hessian(ad_objective f, void *ctx, size_t n, const double *x,
                             double *fx, double *grad, double *hess);
 /* k Hessian-vector products from one recording: direction j is V + j*n,
  * H v_j goes to HV + j*n; four directions share each sweep.  Each equals
  * ad_hvp's along v_j.  k = 0 does nothing. */
-AD_NODISCARD AD_API ad_status ad_hvps(ad_objective f, void *ctx, size_t n, const double *x, size_t k,
+AD_NODISCARD
+AD_API ad_status ad_hvps(ad_objective f, void *ctx, size_t n, const double *x, size_t k,
                          const double *V, double *fx, double *grad, double *HV);
 
 /* ---- vector-valued functions ("You Only Linearize Once") ----
@@ -214,25 +220,30 @@ typedef void (*ad_function)(const ad_real *x, size_t n, ad_real *y, size_t m, vo
 
 /* y = f(x) and jv = J v: one recording, one forward sweep (AD_ENOTSUP if
  * f calls an external function without a jvp rule). */
-AD_NODISCARD AD_API ad_status ad_jvp(ad_function f, void *ctx, size_t n, const double *x, const double *v,
+AD_NODISCARD
+AD_API ad_status ad_jvp(ad_function f, void *ctx, size_t n, const double *x, const double *v,
                         size_t m, double *y, double *jv);
 /* y = f(x) alone (ad_evaluate, above). */
-AD_NODISCARD AD_API ad_status ad_evaluate_function(ad_function f, void *ctx, size_t n, const double *x, size_t m,
+AD_NODISCARD
+AD_API ad_status ad_evaluate_function(ad_function f, void *ctx, size_t n, const double *x, size_t m,
                                       double *y);
 
 /* ad_jvp inside a recording: y = f(x) and jv = J v as values of the
  * enclosing recording, x and v both differentiable (ad_gradient_r, above,
  * says how and what fails). */
-AD_NODISCARD AD_API ad_status ad_jvp_r(ad_function f, void *ctx, size_t n, const ad_real *x,
+AD_NODISCARD
+AD_API ad_status ad_jvp_r(ad_function f, void *ctx, size_t n, const ad_real *x,
                           const ad_real *v, size_t m, ad_real *y, ad_real *jv);
 
 /* y = f(x) and wj = J^T w: one recording, one reverse sweep. */
-AD_NODISCARD AD_API ad_status ad_vjp(ad_function f, void *ctx, size_t n, const double *x,
+AD_NODISCARD
+AD_API ad_status ad_vjp(ad_function f, void *ctx, size_t n, const double *x,
                         size_t m, const double *w, double *y, double *wj);
 
 /* y = f(x) and the m x n Jacobian, row-major: one recording, then n forward
  * or m reverse sweeps, whichever is fewer. */
-AD_NODISCARD AD_API ad_status ad_jacobian(ad_function f, void *ctx, size_t n, const double *x,
+AD_NODISCARD
+AD_API ad_status ad_jacobian(ad_function f, void *ctx, size_t n, const double *x,
                              size_t m, double *y, double *jac);
 
 /* A recorded linear map: f is run once by ad_linearize; ad_linear_jvp and
@@ -240,17 +251,22 @@ AD_NODISCARD AD_API ad_status ad_jacobian(ad_function f, void *ctx, size_t n, co
  * again and without allocating.  One handle is used by one thread at a time;
  * ctx is not kept. */
 typedef struct ad_linear ad_linear;
-AD_NODISCARD AD_API ad_status ad_linearize(ad_function f, void *ctx, size_t n, const double *x,
+AD_NODISCARD
+AD_API ad_status ad_linearize(ad_function f, void *ctx, size_t n, const double *x,
                               size_t m, double *y, ad_linear **out);
-AD_NODISCARD AD_API ad_status ad_linear_jvp(ad_linear *L, const double *v, double *jv);
-AD_NODISCARD AD_API ad_status ad_linear_vjp(ad_linear *L, const double *w, double *wj);
+AD_NODISCARD
+AD_API ad_status ad_linear_jvp(ad_linear *L, const double *v, double *jv);
+AD_NODISCARD
+AD_API ad_status ad_linear_vjp(ad_linear *L, const double *w, double *wj);
 /* k directions at once: V holds k vectors of length n (direction j at
  * V + j*n), JV gets J v_j at JV + j*m; W holds k cotangents of length m
  * (at W + j*m), WJ gets w_j^T J at WJ + j*n.  Several directions share each
  * sweep over the recording; the results equal k single calls.  k = 0 does
  * nothing. */
-AD_NODISCARD AD_API ad_status ad_linear_jvps(ad_linear *L, size_t k, const double *V, double *JV);
-AD_NODISCARD AD_API ad_status ad_linear_vjps(ad_linear *L, size_t k, const double *W, double *WJ);
+AD_NODISCARD
+AD_API ad_status ad_linear_jvps(ad_linear *L, size_t k, const double *V, double *JV);
+AD_NODISCARD
+AD_API ad_status ad_linear_vjps(ad_linear *L, size_t k, const double *W, double *WJ);
 AD_API void ad_linear_free(ad_linear *L);
 
 /* Compressed sparse rows: row i holds col[row_ptr[i] .. row_ptr[i+1]) and
@@ -266,7 +282,8 @@ typedef struct ad_csr {
  * an entry for every input a row reaches, even where the value is 0.  Each
  * row is resolved by staging (paper, section 6), in time proportional to the
  * records it reaches. */
-AD_NODISCARD AD_API ad_status ad_sparse_jacobian(ad_function f, void *ctx, size_t n, const double *x,
+AD_NODISCARD
+AD_API ad_status ad_sparse_jacobian(ad_function f, void *ctx, size_t n, const double *x,
                                     size_t m, double *y, ad_csr *J);
 /* f(x), its gradient, and the lower triangle (col <= row) of its n x n
  * Hessian as CSR with columns ascending.  The structure is every pair of
@@ -278,14 +295,16 @@ AD_NODISCARD AD_API ad_status ad_sparse_jacobian(ad_function f, void *ctx, size_
  * every pair of their active arguments is in the structure).  AD_ENOTSUP
  * on a tape with an external function whose rule has no hvp.  Free H with
  * ad_csr_free. */
-AD_NODISCARD AD_API ad_status ad_sparse_hessian(ad_objective f, void *ctx, size_t n, const double *x,
+AD_NODISCARD
+AD_API ad_status ad_sparse_hessian(ad_objective f, void *ctx, size_t n, const double *x,
                                    double *fx, double *grad, ad_csr *H);
 /* The same Hessian's values at x written into the structure H already has
  * (from ad_sparse_hessian at another point: an optimiser's fixed
  * structure), H->val[k] for entry k; a pair of it that x does not reach
  * gets 0.  AD_ESTRUCTURE if x reaches a pair outside it (f branches
  * differently here: ad_select_lt keeps both branches); H->val is then NaN. */
-AD_NODISCARD AD_API ad_status ad_sparse_hessian_values(ad_objective f, void *ctx, size_t n, const double *x,
+AD_NODISCARD
+AD_API ad_status ad_sparse_hessian_values(ad_objective f, void *ctx, size_t n, const double *x,
                                           double *fx, double *grad, ad_csr *H);
 /* Frees J's arrays and zeroes J.  The arrays are kept, for the calling
  * thread's next ad_sparse_jacobian to take over, until the thread frees
@@ -333,7 +352,8 @@ typedef struct ad_rule {
                 const double *ybar, const double *xdot, double *out);
 } ad_rule;
 
-AD_NODISCARD AD_API ad_status ad_external(const ad_rule *rule, void *ctx, size_t n, const ad_real *x,
+AD_NODISCARD
+AD_API ad_status ad_external(const ad_rule *rule, void *ctx, size_t n, const ad_real *x,
                              size_t m, ad_real *y);
 
 /* ---- sums, by chunks of terms on several threads ----
@@ -352,12 +372,14 @@ AD_NODISCARD AD_API ad_status ad_external(const ad_rule *rule, void *ctx, size_t
  * fx and grad are then NaN. */
 typedef ad_real (*ad_term)(size_t i, const ad_real *x, size_t n, void *ctx);
 
-AD_NODISCARD AD_API ad_status ad_gradient_sum(ad_term term, void *ctx, size_t nterms, size_t n,
+AD_NODISCARD
+AD_API ad_status ad_gradient_sum(ad_term term, void *ctx, size_t nterms, size_t n,
                                  const double *x, double *fx, double *grad, unsigned threads);
 
 /* The same for H v (ad_hvp) of the sum: chunks recorded in second-order
  * mode. */
-AD_NODISCARD AD_API ad_status ad_hvp_sum(ad_term term, void *ctx, size_t nterms, size_t n, const double *x,
+AD_NODISCARD
+AD_API ad_status ad_hvp_sum(ad_term term, void *ctx, size_t nterms, size_t n, const double *x,
                             const double *v, double *fx, double *grad, double *hv,
                             unsigned threads);
 
@@ -395,7 +417,8 @@ typedef void (*ad_step_fn)(size_t k, const ad_real *state, ad_real *next, size_t
  * AD_EFOREIGN, AD_ENONFINITE (checks on), or what a step's recording
  * met; the recording keeps the error, and stateN is NaN.  ctx
  * must stay valid until the recording is last swept, as for ad_external. */
-AD_NODISCARD AD_API ad_status ad_checkpointed_loop(ad_step_fn step, void *ctx, size_t steps, size_t snapshots,
+AD_NODISCARD
+AD_API ad_status ad_checkpointed_loop(ad_step_fn step, void *ctx, size_t steps, size_t snapshots,
                                       size_t n, const ad_real *state0, size_t np,
                                       const ad_real *params, ad_real *stateN);
 
@@ -425,28 +448,39 @@ typedef struct ad_program ad_program;
  * (ad_gradient_r, ad_jvp_r) of active values, or a value that changed
  * without an operation (arithmetic on ad_value() put back into an ad_real
  * by hand).  Otherwise ad_gradient's errors. */
-AD_NODISCARD AD_API ad_status ad_program_record(ad_objective f, void *ctx, size_t n, const double *x,
+AD_NODISCARD
+AD_API ad_status ad_program_record(ad_objective f, void *ctx, size_t n, const double *x,
                                    ad_program **P);
 /* The same for a function of m outputs. */
-AD_NODISCARD AD_API ad_status ad_program_record_function(ad_function f, void *ctx, size_t n, size_t m,
+AD_NODISCARD
+AD_API ad_status ad_program_record_function(ad_function f, void *ctx, size_t n, size_t m,
                                             const double *x, ad_program **P);
 /* The outputs at x (m of them; one for ad_program_record's). */
-AD_NODISCARD AD_API ad_status ad_program_value(ad_program *P, const double *x, double *fx);
+AD_NODISCARD
+AD_API ad_status ad_program_value(ad_program *P, const double *x, double *fx);
 /* The drivers at x, as ad_gradient, ad_hvp, ad_jacobian, ad_jvp, ad_vjp,
  * ad_sparse_hessian and ad_sparse_hessian_values take them (the scalar
  * ones AD_EINVAL on a program of m != 1 outputs). */
-AD_NODISCARD AD_API ad_status ad_program_gradient(ad_program *P, const double *x, double *fx, double *grad);
-AD_NODISCARD AD_API ad_status ad_program_hvp(ad_program *P, const double *x, const double *v, double *fx,
+AD_NODISCARD
+AD_API ad_status ad_program_gradient(ad_program *P, const double *x, double *fx, double *grad);
+AD_NODISCARD
+AD_API ad_status ad_program_hvp(ad_program *P, const double *x, const double *v, double *fx,
                                 double *grad, double *hv);
-AD_NODISCARD AD_API ad_status ad_program_jacobian(ad_program *P, const double *x, double *y, double *jac);
-AD_NODISCARD AD_API ad_status ad_program_jvp(ad_program *P, const double *x, const double *v, double *y,
+AD_NODISCARD
+AD_API ad_status ad_program_jacobian(ad_program *P, const double *x, double *y, double *jac);
+AD_NODISCARD
+AD_API ad_status ad_program_jvp(ad_program *P, const double *x, const double *v, double *y,
                                 double *jv);
-AD_NODISCARD AD_API ad_status ad_program_vjp(ad_program *P, const double *x, const double *w, double *y,
+AD_NODISCARD
+AD_API ad_status ad_program_vjp(ad_program *P, const double *x, const double *w, double *y,
                                 double *wj);
-AD_NODISCARD AD_API ad_status ad_program_sparse_jacobian(ad_program *P, const double *x, double *y, ad_csr *J);
-AD_NODISCARD AD_API ad_status ad_program_sparse_hessian(ad_program *P, const double *x, double *fx,
+AD_NODISCARD
+AD_API ad_status ad_program_sparse_jacobian(ad_program *P, const double *x, double *y, ad_csr *J);
+AD_NODISCARD
+AD_API ad_status ad_program_sparse_hessian(ad_program *P, const double *x, double *fx,
                                            double *grad, ad_csr *H);
-AD_NODISCARD AD_API ad_status ad_program_sparse_hessian_values(ad_program *P, const double *x, double *fx,
+AD_NODISCARD
+AD_API ad_status ad_program_sparse_hessian_values(ad_program *P, const double *x, double *fx,
                                                   double *grad, ad_csr *H);
 AD_API void ad_program_free(ad_program *P);
 
@@ -456,7 +490,8 @@ AD_API void ad_program_free(ad_program *P);
  * freed).  A function a program cannot keep (AD_ENOTSUP) is evaluated by
  * ad_gradient each time, *P a marker saying so (the replays refuse it with
  * AD_ENOTSUP).  Free *P with ad_program_free. */
-AD_NODISCARD AD_API ad_status ad_program_evaluate(ad_program **P, ad_objective f, void *ctx, size_t n,
+AD_NODISCARD
+AD_API ad_status ad_program_evaluate(ad_program **P, ad_objective f, void *ctx, size_t n,
                                      const double *x, double *fx, double *grad);
 
 typedef struct ad_program_stats {
@@ -467,7 +502,8 @@ typedef struct ad_program_stats {
     size_t replay_bytes; /* what a replay allocates for its values (besides its tape) */
 } ad_program_stats;
 
-AD_NODISCARD AD_API ad_status ad_program_stats_get(const ad_program *P, ad_program_stats *out);
+AD_NODISCARD
+AD_API ad_status ad_program_stats_get(const ad_program *P, ad_program_stats *out);
 
 /* Cap the number of records one recording on this thread may hold
  * (0 restores the default: the whole ID range, about 4.29e9).  Past the cap
@@ -500,17 +536,20 @@ typedef struct ad_tape_stats {
                               (of tape_bytes) */
 } ad_tape_stats;
 
-AD_NODISCARD AD_API ad_status ad_tape_stats_get(ad_tape_stats *out);
+AD_NODISCARD
+AD_API ad_status ad_tape_stats_get(ad_tape_stats *out);
 
 /* Print the records of this thread's last top-level recording (at most
  * max_records of them): ID, operation, argument IDs and partials (and
  * values, when it was checked).  For looking at small tapes; AD_EINVAL if
  * there is no complete recording, AD_EBUSY inside one. */
-AD_NODISCARD AD_API ad_status ad_tape_dump(FILE *out, size_t max_records);
+AD_NODISCARD
+AD_API ad_status ad_tape_dump(FILE *out, size_t max_records);
 
 /* The same records as a graphviz DOT graph (dot -Tsvg): inputs and records
  * as nodes, an edge from each argument labelled with its partial. */
-AD_NODISCARD AD_API ad_status ad_tape_dot(FILE *out, size_t max_records);
+AD_NODISCARD
+AD_API ad_status ad_tape_dot(FILE *out, size_t max_records);
 
 /* ---- checks: where did the NaN come from? ----
  *
@@ -572,12 +611,14 @@ typedef struct ad_fault {
  * any thread; a sweep's fault in a chunk of several terms runs them one at
  * a time again to find it).  The strings are the library's and the user's
  * label: valid while the label is. */
-AD_NODISCARD AD_API ad_status ad_last_fault(ad_fault *out);
+AD_NODISCARD
+AD_API ad_status ad_last_fault(ad_fault *out);
 
 /* Give the calling thread's tape memory, and the arrays ad_csr_free kept,
  * back to the system.  AD_EBUSY while a recording is active on this thread.
  * Memory is otherwise kept until the thread exits. */
-AD_NODISCARD AD_API ad_status ad_release(void);
+AD_NODISCARD
+AD_API ad_status ad_release(void);
 
 /* The version of the library linked, "MAJOR.MINOR.PATCH"; compare with
  * DUALREV_VERSION_STRING, the headers' version. */

@@ -37,8 +37,10 @@ typedef struct ad_mat {
  * Outside a recording (or after the recording failed) it only refers to A.
  * Returns AD_OK, AD_EINVAL (NULL A with m n > 0, or NULL M), AD_ENOMEM or
  * AD_ERANGE; the recording keeps the error and its caller reports it. */
-AD_NODISCARD AD_API ad_status ad_mat_record(size_t m, size_t n, const ad_real *A, ad_mat *M);
-AD_NODISCARD AD_API ad_status ad_mat_wrap(size_t m, size_t n, const double *A, ad_mat *M);
+AD_NODISCARD
+AD_API ad_status ad_mat_record(size_t m, size_t n, const ad_real *A, ad_mat *M);
+AD_NODISCARD
+AD_API ad_status ad_mat_wrap(size_t m, size_t n, const double *A, ad_mat *M);
 
 /* y = M x, one record per output; y must not overlap x (either may be
  * NULL when empty).  x may be constant (a double array);
@@ -169,12 +171,15 @@ static inline void ad_mat_sqnorm_d(const ad_mat *M, const double *x, double *s)
  * + bias[i]: bitwise what the scalar loop computes.  Both operands are
  * taken as full (a triangle's zeros are multiplied).  _rr: an ad_real
  * bias (may be constant), _rd: a double one. */
-AD_NODISCARD AD_API ad_status ad_mat_mul_rr(const ad_mat *A, const ad_mat *B, const ad_real *bias,
-                                            ad_real *out, ad_mat *C);
-AD_NODISCARD AD_API ad_status ad_mat_mul_rd(const ad_mat *A, const ad_mat *B, const double *bias,
-                                            ad_real *out, ad_mat *C);
-AD_NODISCARD AD_API ad_status ad_mat_mul_d(const ad_mat *A, const ad_mat *B, const double *bias,
-                                           double *out, ad_mat *C);
+AD_NODISCARD
+AD_API ad_status ad_mat_mul_rr(const ad_mat *A, const ad_mat *B, const ad_real *bias,
+                               ad_real *out, ad_mat *C);
+AD_NODISCARD
+AD_API ad_status ad_mat_mul_rd(const ad_mat *A, const ad_mat *B, const double *bias,
+                               ad_real *out, ad_mat *C);
+AD_NODISCARD
+AD_API ad_status ad_mat_mul_d(const ad_mat *A, const ad_mat *B, const double *bias,
+                              double *out, ad_mat *C);
 
 /* The library's functions for ad_mat_map.  RELU is fmax(x, 0) with fmax's
  * conventions (partial 1/2 at 0, 0 at NaN); LOGISTIC is 1 / (1 + e^-x)
@@ -189,8 +194,10 @@ typedef enum ad_map_op {
 /* C = op(A) entry by entry: one block whose outputs each have one partial
  * (a multiply-add per entry in the reverse sweep).  AD_EINVAL also for an
  * op outside ad_map_op. */
-AD_NODISCARD AD_API ad_status ad_mat_map_r(ad_map_op op, const ad_mat *A, ad_real *out, ad_mat *C);
-AD_NODISCARD AD_API ad_status ad_mat_map_d(ad_map_op op, const ad_mat *A, double *out, ad_mat *C);
+AD_NODISCARD
+AD_API ad_status ad_mat_map_r(ad_map_op op, const ad_mat *A, ad_real *out, ad_mat *C);
+AD_NODISCARD
+AD_API ad_status ad_mat_map_d(ad_map_op op, const ad_mat *A, double *out, ad_mat *C);
 
 /* A user's scalar function f with its first and second derivatives, for
  * ad_mat_map_fn.  They are called while the map is recorded, never in a
@@ -203,10 +210,12 @@ typedef struct ad_map_fn {
     double (*d2f)(double x, void *ctx);
 } ad_map_fn;
 
-AD_NODISCARD AD_API ad_status ad_mat_map_fn_r(const ad_map_fn *fn, void *ctx, const ad_mat *A,
-                                              ad_real *out, ad_mat *C);
-AD_NODISCARD AD_API ad_status ad_mat_map_fn_d(const ad_map_fn *fn, void *ctx, const ad_mat *A,
-                                              double *out, ad_mat *C);
+AD_NODISCARD
+AD_API ad_status ad_mat_map_fn_r(const ad_map_fn *fn, void *ctx, const ad_mat *A,
+                                 ad_real *out, ad_mat *C);
+AD_NODISCARD
+AD_API ad_status ad_mat_map_fn_d(const ad_map_fn *fn, void *ctx, const ad_mat *A,
+                                 double *out, ad_mat *C);
 
 AD__EXTERN_C_END
 

@@ -127,7 +127,7 @@ static int report(const char *who, ad_status s, accuracy a, int with_grad)
 static int check(run *r)
 {
     lstm_eval e = {&r->p, &r->w};
-    double fx, fy = NAN;
+    double fx = NAN, fy = NAN;
     int failed = report("plain double", AD_OK, compare(&r->ref, lstm_objective(&e, r->x), NULL),
                         0);
     ad_status s = ad_release();  /* so that the reserved sizes below are this problem's */

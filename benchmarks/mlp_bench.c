@@ -87,31 +87,29 @@ static ad_real mlp_matvec(const ad_real *p, size_t n, void *ctx)
 }
 
 /* A plain C forward pass: i-l-j loops, the bias, tanh. */
+/* out = tanh(W in + b 1^T): W rows x cols, in cols x MLP_B, row-major. */
+static void plain_layer(size_t rows, size_t cols, const double *W, const double *b,
+                        const double *in, double *out)
+{
+    for (size_t i = 0; i < rows; i++) {
+        double *h = out + i * MLP_B;
+        for (size_t j = 0; j < MLP_B; j++)
+            h[j] = 0.0;
+        for (size_t l = 0; l < cols; l++)
+            for (size_t j = 0; j < MLP_B; j++)
+                h[j] += W[i * cols + l] * in[l * MLP_B + j];
+        for (size_t j = 0; j < MLP_B; j++)
+            h[j] = tanh(h[j] + b[i]);
+    }
+}
+
 static double mlp_plain(const double *p)
 {
     static double h1[MLP_H * MLP_B], h2[MLP_H * MLP_B];
     const double *W1 = p, *b1 = W1 + MLP_H * MLP_IN, *W2 = b1 + MLP_H, *b2 = W2 + MLP_H * MLP_H,
                  *W3 = b2 + MLP_H, *b3 = W3 + MLP_H;
-    for (size_t i = 0; i < MLP_H; i++) {
-        double *h = h1 + i * MLP_B;
-        for (size_t j = 0; j < MLP_B; j++)
-            h[j] = 0.0;
-        for (size_t l = 0; l < MLP_IN; l++)
-            for (size_t j = 0; j < MLP_B; j++)
-                h[j] += W1[i * MLP_IN + l] * X[l * MLP_B + j];
-        for (size_t j = 0; j < MLP_B; j++)
-            h[j] = tanh(h[j] + b1[i]);
-    }
-    for (size_t i = 0; i < MLP_H; i++) {
-        double *h = h2 + i * MLP_B;
-        for (size_t j = 0; j < MLP_B; j++)
-            h[j] = 0.0;
-        for (size_t l = 0; l < MLP_H; l++)
-            for (size_t j = 0; j < MLP_B; j++)
-                h[j] += W2[i * MLP_H + l] * h1[l * MLP_B + j];
-        for (size_t j = 0; j < MLP_B; j++)
-            h[j] = tanh(h[j] + b2[i]);
-    }
+    plain_layer(MLP_H, MLP_IN, W1, b1, X, h1);
+    plain_layer(MLP_H, MLP_H, W2, b2, h1, h2);
     double loss = 0.0;
     for (size_t j = 0; j < MLP_B; j++) {
         double s = 0.0;

@@ -121,7 +121,8 @@ typedef enum ad_status {
     AD_ESTRUCTURE, /* x reaches a pair outside the structure fixed by an earlier call */
     AD_EOVERFLOW,  /* a derivative left the double range on its way and made NaN of results */
     AD_EBRANCH,    /* a program's recorded comparison (ad_lt, ...) comes out the other way here */
-    AD_ENOTPOSDEF  /* a matrix to factor is not positive definite (dualrev/cholmod.h) */
+    AD_ENOTPOSDEF, /* a matrix to factor is not positive definite (dualrev/cholmod.h) */
+    AD_ECOMM       /* a communication call failed (dualrev/mpi.h: an MPI call returned an error) */
 } ad_status;
 
 /* How deeply ad_gradient calls may nest inside objectives on one thread. */
@@ -389,6 +390,44 @@ AD_API ad_status ad_hvp_sum(ad_term term, void *ctx, size_t nterms, size_t n, co
  * size, and at least enough for 32 n records, but no more than leave 16
  * chunks. */
 AD_API size_t ad_set_sum_chunk_bytes(size_t bytes);
+
+/* The building blocks of those sums, for a caller that shares a sum's
+ * chunks out itself (dualrev/mpi.h shares them over MPI ranks).
+ *
+ * ad_sum_plan_make records term 0 at x on the calling thread and cuts the
+ * nterms terms into chunks as ad_gradient_sum (second_order 0) or
+ * ad_hvp_sum (second_order nonzero) would: chunk 0 is term 0 alone, chunk
+ * c > 0 terms 1 + (c - 1) per up to 1 + c per (the last may be shorter).
+ * The plan depends on term 0's recording at x and the calling thread's
+ * ad_set_sum_chunk_bytes budget only.
+ *
+ * ad_gradient_sum_chunks runs chunks [c0, c1) of a plan on `threads`
+ * threads, as ad_gradient_sum runs them, and stores chunk c's value and
+ * gradient at out + (c - c0) (1 + n): out[0] the chunk's sum of terms, then
+ * its n partials (ad_hvp_sum_chunks: then its n entries of H v, a stride
+ * of 1 + 2 n).  Starting from fx = 0 and grad = 0 and adding every chunk's
+ * results in chunk order (fx += f, then grad[j] += g[j]) gives
+ * ad_gradient_sum's bits.  On failure: the first failing chunk's status
+ * (as ad_gradient_sum), its index in *failed (c1 on success; failed may
+ * be NULL), and out all NaN. */
+typedef struct ad_sum_plan {
+    size_t nterms;   /* the terms of the sum */
+    size_t per;      /* terms in each chunk after chunk 0 */
+    size_t nchunks;  /* 0 if nterms = 0, else 1 + ceil((nterms - 1) / per) */
+} ad_sum_plan;
+
+AD_NODISCARD AD_API ad_status ad_sum_plan_make(ad_term term, void *ctx, size_t nterms, size_t n,
+                                              const double *x, int second_order,
+                                              ad_sum_plan *plan);
+AD_NODISCARD AD_API ad_status ad_gradient_sum_chunks(ad_term term, void *ctx,
+                                                    const ad_sum_plan *plan, size_t n,
+                                                    const double *x, size_t c0, size_t c1,
+                                                    double *out, size_t *failed,
+                                                    unsigned threads);
+AD_NODISCARD AD_API ad_status ad_hvp_sum_chunks(ad_term term, void *ctx, const ad_sum_plan *plan,
+                                               size_t n, const double *x, const double *v,
+                                               size_t c0, size_t c1, double *out,
+                                               size_t *failed, unsigned threads);
 
 /* ---- checkpointed time loops ----
  *

@@ -404,7 +404,7 @@ static void test_strerror(void **state)
                                     AD_ERANGE,    AD_ENESTING, AD_EFOREIGN,
                                     AD_EBUSY,     AD_ENOTSUP,  AD_ENONFINITE,
                                     AD_ESTRUCTURE, AD_EOVERFLOW, AD_EBRANCH,
-                                    AD_ENOTPOSDEF};
+                                    AD_ENOTPOSDEF, AD_ECOMM};
     enum { COUNT = sizeof all / sizeof all[0] };
     (void)state;
     for (int i = 0; i < COUNT; i++) {

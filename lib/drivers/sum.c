@@ -7,7 +7,13 @@
  * its own thread's tape, sweeps it and reuses the tape for its next chunk;
  * the chunks' results are added into the caller's arrays in chunk order,
  * each worker waiting for its turn.  So fx and grad are the same bits for
- * every number of threads, and a worker holds one chunk's tape. */
+ * every number of threads, and a worker holds one chunk's tape.
+ *
+ * The same machinery serves ad_sum_plan_make and ad_gradient_sum_chunks /
+ * ad_hvp_sum_chunks, which give a caller (dualrev/mpi.h) the chunking and
+ * the results of a range of chunks, one by one, to add in chunk order
+ * itself: the same bits as ad_gradient_sum where it adds them as put()
+ * does. */
 #define _GNU_SOURCE 1  /* sched_getaffinity, pthread_setaffinity_np */
 #include <fenv.h>
 #include <pthread.h>
@@ -48,6 +54,8 @@ typedef struct job {
     void *ctx;
     size_t nterms, n, per;  /* per: terms in each chunk after the first, which is term 0 */
     size_t nchunks;
+    size_t c0, c1;          /* the chunks to run: [c0, c1) */
+    double *out;            /* non-NULL: each chunk's results stored here, not added */
     const double *x, *v;    /* v: the direction of ad_hvp_sum */
     int hvp;                /* ad_hvp_sum (v may be NULL when n = 0) */
     settings caller;
@@ -147,6 +155,12 @@ static void add(double *dst, const double *src, size_t n)
         dst[i] += src[i];
 }
 
+/* Doubles per chunk in a caller's array of chunk results: f, grad, hv. */
+static size_t stride_of(const job *jb)
+{
+    return 1 + (jb->hvp ? 2 : 1) * jb->n;
+}
+
 /* Chunk c's results into the caller's arrays, after chunk c - 1's; or its
  * failure recorded (the first chunk's to fail, whatever the threads). */
 static void put(job *jb, size_t c, ad_status s, const double *f, const double *g, const double *hv)
@@ -160,7 +174,14 @@ static void put(job *jb, size_t c, ad_status s, const double *f, const double *g
         jb->has_fault = s == AD_ENONFINITE && ad_last_fault(&jb->fault) == AD_OK;
         atomic_store(&jb->stop, 1);
     }
-    if (jb->failed_at == SIZE_MAX) {
+    if (jb->failed_at == SIZE_MAX && jb->out) {
+        double *o = jb->out + (c - jb->c0) * stride_of(jb);
+        o[0] = *f;
+        if (jb->n)
+            memcpy(o + 1, g, jb->n * sizeof *g);
+        if (hv && jb->n)
+            memcpy(o + 1 + jb->n, hv, jb->n * sizeof *hv);
+    } else if (jb->failed_at == SIZE_MAX) {
         *jb->fx += *f;
         add(jb->grad, g, jb->n);
         if (hv)
@@ -180,7 +201,7 @@ static void work(job *jb)
     double *g = ad_alloc(2 * n * sizeof *g), *hv = jb->hvp ? g + n : NULL, f;
     while (!atomic_load(&jb->stop)) {
         size_t c = atomic_fetch_add(&jb->next, 1);
-        if (c >= jb->nchunks)
+        if (c >= jb->c1)
             break;
         ad_status s = AD_ENOMEM;
         if (g && !atomic_load(&jb->stop))
@@ -355,7 +376,7 @@ static long cores(const settings *caller)
 
 static unsigned threads_for(const job *jb, unsigned threads)
 {
-    size_t nchunks = jb->nchunks;
+    size_t nchunks = jb->c1 - jb->c0;
     if (threads == 0) {
         long c = cores(&jb->caller);
         threads = c > 0 ? (unsigned)(c < SUM_MAX_THREADS ? c : SUM_MAX_THREADS) : 1;
@@ -375,7 +396,9 @@ static size_t ceil_div(size_t a, size_t b)
  * and enough that the chunk's records outnumber its n inputs
  * SUM_PER_INPUT-fold, whose cotangents every chunk clears, reads and adds
  * (about the work of a third of a record each); but no more than leave
- * SUM_MIN_CHUNKS chunks to share out, where there are that many terms. */
+ * SUM_MIN_CHUNKS chunks to share out, where there are that many terms.
+ * From term 0's recording at x on the calling thread and its budget only:
+ * never from the threads.  nterms > 0. */
 static ad_status chunk_size(job *jb)
 {
     ad_tape *t = ad_thread_tape();
@@ -410,14 +433,16 @@ static void zero(job *jb)
         memset(jb->hv, 0, jb->n * sizeof *jb->hv);
 }
 
-static ad_status sum(job *jb, unsigned threads)
+/* Chunks [jb->c0, jb->c1) on `threads` threads: added into the caller's
+ * arrays (jb->out NULL, which zero() has cleared) or stored into jb->out. */
+static ad_status run_chunks(job *jb, unsigned threads)
 {
-    ad_status s = chunk_size(jb);
-    if (s != AD_OK)
-        return s;
-    zero(jb);
     jb->failed_at = SIZE_MAX;
     jb->status = AD_OK;
+    jb->turn = jb->c0;
+    atomic_store(&jb->next, jb->c0);
+    if (jb->c0 == jb->c1)
+        return AD_OK;
     if (pthread_mutex_init(&jb->mu, NULL) != 0)
         return AD_ENOMEM;
     if (pthread_cond_init(&jb->turn_cv, NULL) != 0) {
@@ -435,6 +460,17 @@ static ad_status sum(job *jb, unsigned threads)
     if (jb->has_fault)  /* the failed chunk's, for the caller's ad_last_fault */
         ad_fault_keep(&jb->fault);
     return jb->status;
+}
+
+static ad_status sum(job *jb, unsigned threads)
+{
+    ad_status s = chunk_size(jb);
+    if (s != AD_OK)
+        return s;
+    zero(jb);
+    jb->c0 = 0;
+    jb->c1 = jb->nchunks;
+    return run_chunks(jb, threads);
 }
 
 static void start(job *jb, ad_term term, void *ctx, size_t nterms, size_t n, const double *x,
@@ -480,4 +516,85 @@ ad_status ad_hvp_sum(ad_term term, void *ctx, size_t nterms, size_t n, const dou
         ad_fill_nan(hv, n);
     }
     return s;
+}
+
+/* ---- the building blocks: a sum's chunking, and a range of its chunks ---- */
+
+ad_status ad_sum_plan_make(ad_term term, void *ctx, size_t nterms, size_t n, const double *x,
+                           int second_order, ad_sum_plan *plan)
+{
+    if (!plan)
+        return AD_EINVAL;
+    *plan = (ad_sum_plan){nterms, 1, 0};
+    if (!term || (n && !x))
+        return AD_EINVAL;
+    if (nterms == 0)
+        return AD_OK;
+    job jb;
+    double fx;
+    start(&jb, term, ctx, nterms, n, x, second_order != 0, NULL, &fx, NULL, NULL);
+    ad_status s = chunk_size(&jb);
+    if (s == AD_OK) {
+        plan->per = jb.per;
+        plan->nchunks = jb.nchunks;
+    }
+    return s;
+}
+
+/* Whether plan is one ad_sum_plan_make could have made: its chunks cover
+ * nterms terms, term 0 alone first. */
+static int plan_ok(const ad_sum_plan *plan)
+{
+    if (!plan || plan->per == 0)
+        return 0;
+    if (plan->nterms == 0)
+        return plan->nchunks == 0;
+    return plan->nchunks == 1 + ceil_div(plan->nterms - 1, plan->per);
+}
+
+static ad_status sum_chunks(ad_term term, void *ctx, const ad_sum_plan *plan, size_t n,
+                            const double *x, int hvp, const double *v, size_t c0, size_t c1,
+                            double *out, size_t *failed, unsigned threads)
+{
+    job jb;
+    double fx;
+    size_t stride = 1 + (hvp ? 2 : 1) * n;
+    ad_status s = AD_EINVAL;
+    if (failed)
+        *failed = c1;
+    if (term && plan_ok(plan) && c0 <= c1 && c1 <= plan->nchunks && (c0 == c1 || out) &&
+        (!n || (x && (!hvp || v))) && (c1 - c0 <= SIZE_MAX / stride / sizeof(double))) {
+        if (c0 == c1)
+            return AD_OK;
+        start(&jb, term, ctx, plan->nterms, n, x, hvp, v, &fx, NULL, NULL);
+        jb.per = plan->per;
+        jb.nchunks = plan->nchunks;
+        jb.c0 = c0;
+        jb.c1 = c1;
+        jb.out = out;
+        s = run_chunks(&jb, threads);
+        if (s != AD_OK && failed)
+            *failed = jb.failed_at == SIZE_MAX ? c0 : jb.failed_at;
+    } else if (failed) {
+        *failed = c0;
+    }
+    /* NaN where the caller's results go, unless the range itself is wrong */
+    if (s != AD_OK && out && plan && c0 <= c1 && c1 <= plan->nchunks &&
+        c1 - c0 <= SIZE_MAX / stride / sizeof(double))
+        ad_fill_nan(out, (c1 - c0) * stride);
+    return s;
+}
+
+ad_status ad_gradient_sum_chunks(ad_term term, void *ctx, const ad_sum_plan *plan, size_t n,
+                                 const double *x, size_t c0, size_t c1, double *out,
+                                 size_t *failed, unsigned threads)
+{
+    return sum_chunks(term, ctx, plan, n, x, 0, NULL, c0, c1, out, failed, threads);
+}
+
+ad_status ad_hvp_sum_chunks(ad_term term, void *ctx, const ad_sum_plan *plan, size_t n,
+                            const double *x, const double *v, size_t c0, size_t c1, double *out,
+                            size_t *failed, unsigned threads)
+{
+    return sum_chunks(term, ctx, plan, n, x, 1, v, c0, c1, out, failed, threads);
 }

@@ -18,6 +18,7 @@ const char *ad_strerror(ad_status s)
     case AD_ESTRUCTURE: return "the point reaches a pair outside the structure fixed by an earlier call";
     case AD_EBRANCH: return "a comparison the program recorded (ad_lt, ad_le, ad_gt, ad_ge) comes out the other way at this point";
     case AD_ENOTPOSDEF: return "the matrix is not positive definite: its Cholesky factorisation failed (a Newton step needs a shift: ad_cholmod_newton)";
+    case AD_ECOMM: return "a communication call failed: an MPI call returned an error (dualrev/mpi.h)";
     case AD_EOVERFLOW: return "a derivative left the double range on its way (a cotangent or tangent overflowed, or a second partial is out of range) and made NaN of results";
     }
     return "unknown ad_status";

@@ -1,0 +1,350 @@
+/* dualrev/mpi.h under mpirun (tests/meson.build runs it on 1, 2 and 3
+ * ranks): ad_mpi_gradient_sum and ad_mpi_hvp_sum on sub-communicators of
+ * every size up to the world's, 1 and 2 threads, against
+ *   - ad_gradient_sum and ad_hvp_sum in one process (the same bits),
+ *   - closed forms of a quadratic sum (long double),
+ *   - a term that fails in one rank's chunk (the same status everywhere,
+ *     NaN outputs; the status ad_gradient_sum gives in one process),
+ *   - bad arguments on one rank or all, sums that differ between ranks,
+ *     nterms = 0, nterms smaller than the ranks, n = 0.
+ * Every rank checks; the failures are added up and rank 0 prints each
+ * failed check.  Exit status 0 only if every check passed on every rank. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <dualrev.h>
+#include <dualrev/mpi.h>
+
+enum { N = 7, TERMS = 3001 };
+
+static int rank, world;
+static int failures;
+
+#define CHECK(cond)                                                                   \
+    do {                                                                              \
+        if (!(cond)) {                                                                \
+            failures++;                                                               \
+            fprintf(stderr, "rank %d: %s:%d: check failed: %s\n", rank, __FILE__,    \
+                    __LINE__, #cond);                                                 \
+        }                                                                             \
+    } while (0)
+
+/* ---- the problems ---- */
+
+/* Row i's data: a[N] in [-1, 1), b, weight c > 0, from i alone. */
+static void row(size_t i, double *a, double *b, double *c)
+{
+    uint64_t s = UINT64_C(0x9E3779B97F4A7C15) * (i + 1);
+    for (int j = 0; j < N; j++) {
+        s ^= s >> 33;
+        s *= UINT64_C(0xff51afd7ed558ccd);
+        s ^= s >> 29;
+        a[j] = (double)(s >> 11) * 0x1.0p-52 - 1.0;
+    }
+    *b = sin((double)i);
+    *c = 1.0 + (double)(i % 5);
+}
+
+typedef struct problem {
+    size_t fail_foreign;   /* a term that returns a value of no recording (SIZE_MAX: none) */
+    size_t fail_nonfinite; /* a term that makes log(-1) (AD_ENONFINITE under the checks) */
+} problem;
+
+/* A logistic loss of row i plus a little curvature: nonlinear, so that
+ * the order of additions shows in the last bits. */
+static ad_real logistic(size_t i, const ad_real *x, size_t n, void *ctx)
+{
+    const problem *p = ctx;
+    double a[N], b, c;
+    row(i, a, &b, &c);
+    ad_real z = ad_dot(n, x, a);
+    if (i == p->fail_foreign) {
+        ad_real bogus = z;
+        bogus.id += 1000000;  /* an ID the recording has not made */
+        return bogus;
+    }
+    if (i == p->fail_nonfinite)
+        z = ad_log(ad_sub(ad_mul(z, 0.0), 1.0));
+    ad_real y = b > 0 ? ad_const(1.0) : ad_const(-1.0);
+    ad_real t = ad_neg(ad_mul(y, z));
+    return ad_add(ad_mul(c, ad_log1p(ad_exp(t))), ad_mul(0.01, ad_mul(z, z)));
+}
+
+/* (c/2) (a.x - b)^2: gradient c (a.x - b) a, H v = c a (a.v). */
+static ad_real quadratic(size_t i, const ad_real *x, size_t n, void *ctx)
+{
+    double a[N], b, c;
+    (void)ctx;
+    row(i, a, &b, &c);
+    ad_real r = ad_sub(ad_dot(n, x, a), b);
+    return ad_mul(0.5 * c, ad_mul(r, r));
+}
+
+static void closed_form(size_t nterms, const double *x, const double *v, double *f, double *g,
+                        double *hv)
+{
+    long double F = 0, G[N] = {0}, H[N] = {0};
+    for (size_t i = 0; i < nterms; i++) {
+        double a[N], b, c;
+        row(i, a, &b, &c);
+        long double r = -(long double)b, av = 0;
+        for (int j = 0; j < N; j++) {
+            r += (long double)a[j] * x[j];
+            av += (long double)a[j] * v[j];
+        }
+        F += 0.5L * c * r * r;
+        for (int j = 0; j < N; j++) {
+            G[j] += c * r * a[j];
+            H[j] += c * av * a[j];
+        }
+    }
+    *f = (double)F;
+    for (int j = 0; j < N; j++) {
+        g[j] = (double)G[j];
+        hv[j] = (double)H[j];
+    }
+}
+
+static const double X[N] = {0.3, -0.2, 0.1, 0.7, -0.5, 0.25, -0.05};
+static const double V[N] = {1.0, 0.5, -0.25, 0.125, 2.0, -1.0, 0.75};
+
+static int same_bits(const double *a, const double *b, size_t n)
+{
+    return memcmp(a, b, n * sizeof *a) == 0;
+}
+
+static int all_nan(const double *a, size_t n)
+{
+    for (size_t j = 0; j < n; j++)
+        if (!isnan(a[j]))
+            return 0;
+    return 1;
+}
+
+/* The same status on every rank of comm. */
+static int same_everywhere(MPI_Comm comm, ad_status s)
+{
+    int lo, hi, me = (int)s;
+    MPI_Allreduce(&me, &lo, 1, MPI_INT, MPI_MIN, comm);
+    MPI_Allreduce(&me, &hi, 1, MPI_INT, MPI_MAX, comm);
+    return lo == hi;
+}
+
+/* ---- the checks, on a communicator of `size` ranks ---- */
+
+/* Bitwise equal to ad_gradient_sum / ad_hvp_sum in this process, on 1 and
+ * 2 threads, at the default budget and a small one (many chunks). */
+static void check_bits(MPI_Comm comm)
+{
+    problem p = {SIZE_MAX, SIZE_MAX};
+    static const size_t budgets[] = {0, 4096};
+    static const size_t counts[] = {TERMS, 40, 2, 1};
+    for (size_t b = 0; b < 2; b++) {
+        size_t was = ad_set_sum_chunk_bytes(budgets[b]);
+        for (size_t k = 0; k < 4; k++) {
+            size_t nt = counts[k];
+            double f0, g0[N], h0[N], f1, g1[N], h1[N];
+            ad_status s = ad_gradient_sum(logistic, &p, nt, N, X, &f0, g0, 1);
+            CHECK(s == AD_OK);
+            for (unsigned th = 1; th <= 2; th++) {
+                s = ad_mpi_gradient_sum(comm, logistic, &p, nt, N, X, &f1, g1, th);
+                CHECK(s == AD_OK);
+                CHECK(same_bits(&f0, &f1, 1) && same_bits(g0, g1, N));
+            }
+            s = ad_hvp_sum(logistic, &p, nt, N, X, V, &f0, g0, h0, 2);
+            CHECK(s == AD_OK);
+            for (unsigned th = 1; th <= 2; th++) {
+                s = ad_mpi_hvp_sum(comm, logistic, &p, nt, N, X, V, &f1, g1, h1, th);
+                CHECK(s == AD_OK);
+                CHECK(same_bits(&f0, &f1, 1) && same_bits(g0, g1, N) && same_bits(h0, h1, N));
+            }
+        }
+        ad_set_sum_chunk_bytes(was);
+    }
+}
+
+/* The building blocks: a plan's chunks added in order are ad_gradient_sum. */
+static void check_chunks(void)
+{
+    problem p = {SIZE_MAX, SIZE_MAX};
+    ad_sum_plan plan;
+    CHECK(ad_sum_plan_make(logistic, &p, TERMS, N, X, 0, &plan) == AD_OK);
+    CHECK(plan.nterms == TERMS && plan.per >= 1 &&
+          plan.nchunks == 1 + (TERMS - 1 + plan.per - 1) / plan.per && plan.nchunks >= 17);
+    double *out = malloc(plan.nchunks * (1 + N) * sizeof *out);
+    CHECK(out != NULL);
+    if (!out)
+        return;
+    size_t failed = 0;
+    CHECK(ad_gradient_sum_chunks(logistic, &p, &plan, N, X, 0, plan.nchunks, out, &failed, 2) ==
+          AD_OK);
+    CHECK(failed == plan.nchunks);
+    double f = 0.0, g[N] = {0}, f0, g0[N];
+    for (size_t c = 0; c < plan.nchunks; c++) {
+        f += out[c * (1 + N)];
+        for (int j = 0; j < N; j++)
+            g[j] += out[c * (1 + N) + 1 + (size_t)j];
+    }
+    CHECK(ad_gradient_sum(logistic, &p, TERMS, N, X, &f0, g0, 1) == AD_OK);
+    CHECK(same_bits(&f, &f0, 1) && same_bits(g, g0, N));
+    /* chunk 0 is term 0 alone */
+    double f_t0, g_t0[N];
+    CHECK(ad_gradient_sum(logistic, &p, 1, N, X, &f_t0, g_t0, 1) == AD_OK);
+    CHECK(same_bits(&f_t0, out, 1) && same_bits(g_t0, out + 1, N));
+    /* bad ranges and plans */
+    ad_sum_plan bad = plan;
+    bad.nchunks++;
+    CHECK(ad_gradient_sum_chunks(logistic, &p, &bad, N, X, 0, 1, out, &failed, 1) == AD_EINVAL);
+    CHECK(failed == 0 && all_nan(out, 1 + N));
+    CHECK(ad_gradient_sum_chunks(logistic, &p, &plan, N, X, 2, 1, out, NULL, 1) == AD_EINVAL);
+    CHECK(ad_gradient_sum_chunks(logistic, &p, &plan, N, X, 0, plan.nchunks + 1, out, NULL, 1) ==
+          AD_EINVAL);
+    CHECK(ad_gradient_sum_chunks(logistic, &p, NULL, N, X, 0, 1, out, NULL, 1) == AD_EINVAL);
+    CHECK(ad_gradient_sum_chunks(logistic, &p, &plan, N, X, 3, 3, NULL, NULL, 1) == AD_OK);
+    CHECK(ad_hvp_sum_chunks(logistic, &p, &plan, N, X, NULL, 0, 1, out, NULL, 1) == AD_EINVAL);
+    CHECK(ad_sum_plan_make(NULL, &p, TERMS, N, X, 0, &plan) == AD_EINVAL);
+    CHECK(ad_sum_plan_make(logistic, &p, TERMS, N, X, 0, NULL) == AD_EINVAL);
+    CHECK(ad_sum_plan_make(logistic, &p, 0, N, X, 1, &plan) == AD_OK && plan.nchunks == 0);
+    /* a failing chunk: its index, and the status ad_gradient_sum gives */
+    p.fail_foreign = TERMS - 2;
+    CHECK(ad_sum_plan_make(logistic, &p, TERMS, N, X, 0, &plan) == AD_OK);
+    CHECK(ad_gradient_sum_chunks(logistic, &p, &plan, N, X, 0, plan.nchunks, out, &failed, 2) ==
+          AD_EFOREIGN);
+    CHECK(failed == plan.nchunks - 1 && all_nan(out, plan.nchunks * (1 + N)));
+    free(out);
+}
+
+static void check_closed_form(MPI_Comm comm)
+{
+    double f, g[N], hv[N], fe, ge[N], he[N];
+    closed_form(TERMS, X, V, &fe, ge, he);
+    CHECK(ad_mpi_hvp_sum(comm, quadratic, NULL, TERMS, N, X, V, &f, g, hv, 2) == AD_OK);
+    CHECK(fabs(f - fe) <= 1e-12 * fabs(fe));
+    for (int j = 0; j < N; j++) {
+        CHECK(fabs(g[j] - ge[j]) <= 1e-11 * (1 + fabs(ge[j])));
+        CHECK(fabs(hv[j] - he[j]) <= 1e-11 * (1 + fabs(he[j])));
+    }
+    double f1, g1[N];
+    CHECK(ad_mpi_gradient_sum(comm, quadratic, NULL, TERMS, N, X, &f1, g1, 1) == AD_OK);
+    CHECK(same_bits(&f, &f1, 1) && same_bits(g, g1, N));
+}
+
+/* A failing term: in the last rank's chunks, or two failures whose lower
+ * chunk must win on every rank. */
+static void check_failures(MPI_Comm comm)
+{
+    double f, g[N], hv[N];
+    ad_status s;
+    problem p = {TERMS - 3, SIZE_MAX};  /* the last chunk: the last rank's */
+    for (unsigned th = 1; th <= 2; th++) {
+        s = ad_mpi_gradient_sum(comm, logistic, &p, TERMS, N, X, &f, g, th);
+        CHECK(s == AD_EFOREIGN && same_everywhere(comm, s));
+        CHECK(all_nan(&f, 1) && all_nan(g, N));
+        s = ad_mpi_hvp_sum(comm, logistic, &p, TERMS, N, X, V, &f, g, hv, th);
+        CHECK(s == AD_EFOREIGN && same_everywhere(comm, s));
+        CHECK(all_nan(&f, 1) && all_nan(g, N) && all_nan(hv, N));
+    }
+    /* two failures: the one in the lower chunk is reported, as in one process */
+    unsigned was = ad_set_checks(AD_CHECK_FINITE);
+    problem q = {TERMS - 3, TERMS / 3};
+    double f0, g0[N];
+    ad_status s0 = ad_gradient_sum(logistic, &q, TERMS, N, X, &f0, g0, 2);
+    CHECK(s0 == AD_ENONFINITE);
+    s = ad_mpi_gradient_sum(comm, logistic, &q, TERMS, N, X, &f, g, 2);
+    CHECK(s == s0 && same_everywhere(comm, s) && all_nan(&f, 1) && all_nan(g, N));
+    q = (problem){TERMS / 3, TERMS - 3};
+    s = ad_mpi_gradient_sum(comm, logistic, &q, TERMS, N, X, &f, g, 2);
+    CHECK(s == AD_EFOREIGN && same_everywhere(comm, s));
+    /* term 0 fails: the plan's recording, on every rank */
+    q = (problem){0, SIZE_MAX};
+    s = ad_mpi_gradient_sum(comm, logistic, &q, TERMS, N, X, &f, g, 2);
+    CHECK(s == AD_EFOREIGN && same_everywhere(comm, s) && all_nan(g, N));
+    ad_set_checks(was);
+}
+
+static void check_arguments(MPI_Comm comm, int size)
+{
+    problem p = {SIZE_MAX, SIZE_MAX};
+    double f, g[N], hv[N], x[N];
+    ad_status s;
+    int me;
+    MPI_Comm_rank(comm, &me);
+    /* bad arguments on every rank */
+    CHECK(ad_mpi_gradient_sum(comm, NULL, &p, TERMS, N, X, &f, g, 1) == AD_EINVAL &&
+          all_nan(&f, 1) && all_nan(g, N));
+    CHECK(ad_mpi_gradient_sum(comm, logistic, &p, TERMS, N, NULL, &f, g, 1) == AD_EINVAL);
+    CHECK(ad_mpi_gradient_sum(comm, logistic, &p, TERMS, N, X, NULL, g, 1) == AD_EINVAL &&
+          all_nan(g, N));
+    CHECK(ad_mpi_hvp_sum(comm, logistic, &p, TERMS, N, X, NULL, &f, g, hv, 1) == AD_EINVAL &&
+          all_nan(hv, N));
+    CHECK(ad_mpi_gradient_sum(MPI_COMM_NULL, logistic, &p, TERMS, N, X, &f, g, 1) == AD_EINVAL &&
+          all_nan(g, N));
+    /* on the last rank only: every rank learns it */
+    int last = me == size - 1;
+    s = ad_mpi_gradient_sum(comm, logistic, &p, TERMS, N, X, &f, last ? NULL : g, 1);
+    CHECK(s == AD_EINVAL && same_everywhere(comm, s) && (last || all_nan(g, N)));
+    /* a different sum, or a different x, on the last rank */
+    s = ad_mpi_gradient_sum(comm, logistic, &p, last ? TERMS - 1 : TERMS, N, X, &f, g, 1);
+    CHECK(s == (size > 1 ? AD_EINVAL : AD_OK) && same_everywhere(comm, s));
+    memcpy(x, X, sizeof x);
+    if (last)
+        x[3] = nextafter(x[3], 1.0);
+    s = ad_mpi_hvp_sum(comm, logistic, &p, TERMS, N, x, V, &f, g, hv, 1);
+    CHECK(s == (size > 1 ? AD_EINVAL : AD_OK) && same_everywhere(comm, s));
+    /* the gradient on some ranks, H v on the others */
+    if (size > 1) {
+        s = last ? ad_mpi_hvp_sum(comm, logistic, &p, TERMS, N, X, V, &f, g, hv, 1)
+                 : ad_mpi_gradient_sum(comm, logistic, &p, TERMS, N, X, &f, g, 1);
+        CHECK(s == AD_EINVAL && same_everywhere(comm, s));
+    }
+    /* a different budget on one rank: a different chunking */
+    if (size > 1) {
+        size_t was = ad_set_sum_chunk_bytes(last ? 4096 : 0);
+        s = ad_mpi_gradient_sum(comm, logistic, &p, TERMS, N, X, &f, g, 1);
+        CHECK(s == AD_EINVAL && same_everywhere(comm, s));
+        ad_set_sum_chunk_bytes(was);
+    }
+    /* nterms = 0, and n = 0 */
+    s = ad_mpi_gradient_sum(comm, logistic, &p, 0, N, X, &f, g, 2);
+    CHECK(s == AD_OK && f == 0.0 && !signbit(f));
+    for (int j = 0; j < N; j++)
+        CHECK(g[j] == 0.0);
+    s = ad_mpi_hvp_sum(comm, logistic, &p, 0, 0, NULL, NULL, &f, NULL, NULL, 2);
+    CHECK(s == AD_OK && f == 0.0);
+    double f0, fz;
+    CHECK(ad_gradient_sum(logistic, &p, 5, 0, NULL, &f0, NULL, 1) == AD_OK);
+    CHECK(ad_mpi_gradient_sum(comm, logistic, &p, 5, 0, NULL, &fz, NULL, 2) == AD_OK);
+    CHECK(same_bits(&f0, &fz, 1));
+}
+
+int main(int argc, char **argv)
+{
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    check_chunks();
+    /* every communicator size up to the world's: ranks 0 .. size - 1 */
+    for (int size = 1; size <= world; size++) {
+        MPI_Comm comm;
+        MPI_Comm_split(MPI_COMM_WORLD, rank < size ? 0 : MPI_UNDEFINED, rank, &comm);
+        if (comm != MPI_COMM_NULL) {
+            check_bits(comm);
+            check_closed_form(comm);
+            check_failures(comm);
+            check_arguments(comm, size);
+            MPI_Comm_free(&comm);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+    int total;
+    MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("test_mpi: %d ranks, sub-communicators of 1 to %d ranks: %s (%d failed checks)\n",
+               world, world, total ? "FAILED" : "ok", total);
+    MPI_Finalize();
+    return total != 0;
+}

@@ -357,6 +357,52 @@ AD_NODISCARD
 AD_API ad_status ad_external(const ad_rule *rule, void *ctx, size_t n, const ad_real *x,
                              size_t m, ad_real *y);
 
+/* ---- collective recordings: processes that communicate inside f ----
+ *
+ * For SPMD programs (one per process, all calling the same drivers with
+ * the same arguments' sizes) whose f communicates: dualrev/mpi.h builds
+ * its differentiable communication and its ad_mpi_gradient on these two;
+ * another transport can too.
+ *
+ * ad_set_collective sets the calling thread's agreement hook (c copied;
+ * NULL or c->agree NULL clears it) and returns the one it replaces (agree
+ * NULL: none).  While it is set, every driver on the thread calls
+ * agree(ctx, local) where a local failure would part the processes: when
+ * a recording has begun (before f runs) and has ended, before each sweep
+ * (its memory had), and around a checkpointed loop's replays; agree must
+ * return the same status on every process (AD_OK only if every local one
+ * is), and the driver goes on with it.  A driver that failed on another
+ * process so fails on this one with that status, and no process is left
+ * waiting in a rule that communicates.  Not while a hook is set: the
+ * search of a checkpointed loop's steps for the operation that made a NaN
+ * (ad_fault then names the loop).
+ *
+ * ad_external_collective is ad_external for a function whose outputs may
+ * depend on other processes' active values (a receive, a reduction):
+ * inside a recording it records whenever `active` is set -- which the
+ * caller makes the same on every process that takes part in the
+ * exchange -- even if every x is constant or m is 0, and never when it is
+ * clear; ctx_bytes bytes of ctx are copied into the record, and the rules
+ * get the copy (primal gets ctx itself, during the call), so nothing need
+ * outlive the call; ctx_bytes 0 keeps ctx as ad_external does.  Its
+ * sweeps run every rule on every process: a recording that holds one is
+ * swept once, in full (no second pass for results that are not finite,
+ * none restricted to what the seeds reach, no checked sweep).  Sparse
+ * Hessians, Jacobians with several sweeps and recorded programs, whose
+ * number of sweeps depends on the local structure, are not collective: a
+ * recording with such a record gives AD_ENOTSUP there (ad_sparse_hessian)
+ * or must not be used so.  Errors as ad_external's. */
+typedef struct ad_collective {
+    ad_status (*agree)(void *ctx, ad_status local);
+    void *ctx;
+} ad_collective;
+
+AD_API ad_collective ad_set_collective(const ad_collective *c);
+AD_NODISCARD
+AD_API ad_status ad_external_collective(const ad_rule *rule, const void *ctx, size_t ctx_bytes,
+                                        int active, size_t n, const ad_real *x, size_t m,
+                                        ad_real *y);
+
 /* ---- sums, by chunks of terms on several threads ----
  *
  * f(x) = sum over i < nterms of term(i, x).  The terms are recorded in

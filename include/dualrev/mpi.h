@@ -236,6 +236,536 @@ AD_NODISCARD static inline ad_status ad_mpi_hvp_sum(MPI_Comm comm, ad_term term,
     return ad__mpi_sum(comm, term, ctx, nterms, n, x, v, fx, grad, hv, threads, 1);
 }
 
+/* ---- differentiable communication (collective recordings) ----
+ *
+ * For SPMD programs whose objective communicates: a domain split over the
+ * ranks, halos exchanged, a sum reduced.  Each call below takes ad_real
+ * buffers, communicates their values as its MPI namesake does, and inside
+ * a recording of ad_mpi_gradient, ad_mpi_jvp or ad_mpi_hvp (below) makes
+ * one record (ad_external_collective) whose rules communicate the
+ * derivatives: a send's cotangent comes back as a receive, an allreduce's
+ * is an allreduce, a broadcast's is a reduction to the root; tangents
+ * travel as the values did.  An operation is recorded on the ranks that
+ * take part in it whenever one of them holds an active value there (a flag
+ * travels with the values), so a rank whose own values are constant still
+ * sends back the cotangents of what it received.
+ *
+ * Every rank must make the same calls in the same order as MPI requires,
+ * in its recording and in every replay of a checkpointed loop's steps.
+ * Results: as MPI's; ad_mpi_allreduce_sum adds the ranks' values in rank
+ * order, the same bits on every rank (it gathers count values from every
+ * rank to do so: for the short vectors of a reduction, not a field).
+ * Outside a recording, or in one made by another driver, they communicate
+ * values alone (ad_gradient's sweep of such a recording gives no
+ * derivative through them: use the ad_mpi_ drivers).
+ *
+ * The status is the communication's: AD_OK once the values have arrived,
+ * else AD_EINVAL (NULL buffers with counts, a count beyond INT_MAX - 1),
+ * AD_ENOMEM (the buffers of the call: nothing was sent) or AD_ECOMM (an
+ * MPI call returned an error: only where comm's error handler is
+ * MPI_ERRORS_RETURN), with NaN outputs.  A recording that cannot keep the
+ * operation keeps its error instead, and the driver reports it on every
+ * rank; the outputs are then the values, constant.  So f may go on to its
+ * next communication whatever happened to its recording -- and must: a
+ * rank that skips one leaves the others waiting. */
+
+/* (internal) What an operation's record keeps: ad_external_collective
+ * copies it into the record; `result` serves only while the record is
+ * made. */
+enum { AD__MPI_SENDRECV, AD__MPI_ALLREDUCE, AD__MPI_BCAST, AD__MPI_CLOSE };
+typedef struct ad__mpi_op {
+    MPI_Comm comm;
+    int kind, dest, source, tag, root, rank, ranks;
+    int seed_all;          /* the closing identity: every rank's cotangent, or rank 0's */
+    int send_on, recv_on;  /* sendrecv: the edges that carry derivatives */
+    const double *result;  /* the outputs, computed before the record is made */
+} ad__mpi_op;
+
+/* (internal) A buffer of count doubles (at least one). */
+static inline double *ad__mpi_doubles(size_t count)
+{
+    return (double *)malloc((count ? count : 1) * sizeof(double));
+}
+
+static inline void ad__mpi_primal(void *ctx, size_t n, const double *x, size_t m, double *y)
+{
+    const ad__mpi_op *op = (const ad__mpi_op *)ctx;
+    (void)n;
+    (void)x;
+    if (m)
+        memcpy(y, op->result, m * sizeof *y);
+}
+
+/* (internal) out[0..count) = the sum over ranks of in[0..count), in rank
+ * order; 0 on success. */
+static inline int ad__mpi_sum_ranks(MPI_Comm comm, int ranks, const double *in, double *out,
+                                    size_t count)
+{
+    if (count == 0)
+        return 0;
+    double *all = ad__mpi_doubles(count * (size_t)ranks);
+    if (!all)
+        return 1;
+    int bad = MPI_Allgather(in, (int)count, MPI_DOUBLE, all, (int)count, MPI_DOUBLE, comm) !=
+              MPI_SUCCESS;
+    for (size_t i = 0; i < count && !bad; i++) {
+        double t = all[i];
+        for (int r = 1; r < ranks; r++)
+            t += all[(size_t)r * count + i];
+        out[i] = t;
+    }
+    free(all);
+    return bad;
+}
+
+/* (internal) The operations' vjp, transposed communication: xbar arrives
+ * zeroed. */
+static inline void ad__mpi_vjp(void *ctx, size_t n, const double *x, size_t m, const double *y,
+                               const double *ybar, double *xbar)
+{
+    const ad__mpi_op *op = (const ad__mpi_op *)ctx;
+    (void)x;
+    (void)y;
+    switch (op->kind) {
+    case AD__MPI_SENDRECV:  /* what we received goes back to its source */
+        MPI_Sendrecv(ybar, op->recv_on ? (int)m : 0, MPI_DOUBLE,
+                     op->recv_on ? op->source : MPI_PROC_NULL, op->tag, xbar,
+                     op->send_on ? (int)n : 0, MPI_DOUBLE, op->send_on ? op->dest : MPI_PROC_NULL,
+                     op->tag, op->comm, MPI_STATUS_IGNORE);
+        break;
+    case AD__MPI_ALLREDUCE:
+        (void)ad__mpi_sum_ranks(op->comm, op->ranks, ybar, xbar, n);
+        break;
+    case AD__MPI_BCAST: {  /* every rank's cotangent, added up at the root in rank order */
+        double *all = op->rank == op->root ? ad__mpi_doubles(m * (size_t)op->ranks) : NULL;
+        MPI_Gather(ybar, (int)m, MPI_DOUBLE, all, (int)m, MPI_DOUBLE, op->root, op->comm);
+        for (size_t i = 0; all && i < n; i++) {
+            double t = all[i];
+            for (int r = 1; r < op->ranks; r++)
+                t += all[(size_t)r * m + i];
+            xbar[i] = t;
+        }
+        free(all);
+        break;
+    }
+    default:  /* the closing identity: the objective seeded on rank 0 alone */
+        for (size_t i = 0; i < n; i++)
+            xbar[i] = op->seed_all || op->rank == 0 ? ybar[i] : 0.0;
+        break;
+    }
+}
+
+/* (internal) The operations' jvp: tangents travel as the values did. */
+static inline void ad__mpi_jvp(void *ctx, size_t n, const double *x, size_t m, const double *y,
+                               const double *xdot, double *ydot)
+{
+    const ad__mpi_op *op = (const ad__mpi_op *)ctx;
+    (void)x;
+    (void)y;
+    switch (op->kind) {
+    case AD__MPI_SENDRECV:
+        for (size_t j = 0; j < m; j++)
+            ydot[j] = 0.0;
+        MPI_Sendrecv(xdot, op->send_on ? (int)n : 0, MPI_DOUBLE,
+                     op->send_on ? op->dest : MPI_PROC_NULL, op->tag, ydot,
+                     op->recv_on ? (int)m : 0, MPI_DOUBLE,
+                     op->recv_on ? op->source : MPI_PROC_NULL, op->tag, op->comm,
+                     MPI_STATUS_IGNORE);
+        break;
+    case AD__MPI_ALLREDUCE:
+        (void)ad__mpi_sum_ranks(op->comm, op->ranks, xdot, ydot, m);
+        break;
+    case AD__MPI_BCAST:
+        if (op->rank == op->root && m)
+            memcpy(ydot, xdot, m * sizeof *ydot);
+        MPI_Bcast(ydot, (int)m, MPI_DOUBLE, op->root, op->comm);
+        break;
+    default:
+        for (size_t j = 0; j < m; j++)
+            ydot[j] = j < n ? xdot[j] : 0.0;
+        break;
+    }
+}
+
+/* (internal) Linear: no second derivative (out stays zero). */
+static inline void ad__mpi_hvp(void *ctx, size_t n, const double *x, size_t m, const double *y,
+                               const double *ybar, const double *xdot, double *out)
+{
+    (void)ctx, (void)n, (void)x, (void)m, (void)y, (void)ybar, (void)xdot, (void)out;
+}
+
+/* (internal) The record of op, made with its results in vals[0..m).  A
+ * recording that cannot take it keeps the error, which its driver
+ * reports on every rank; y then holds the values as constants, and the
+ * operation is the communication's success: so that f goes on to its next
+ * communication as the other ranks do. */
+static inline void ad__mpi_record(ad__mpi_op *op, int active, size_t n, const ad_real *x,
+                                  size_t m, ad_real *y, const double *vals)
+{
+    static const ad_rule rule = {ad__mpi_primal, ad__mpi_vjp, ad__mpi_jvp, ad__mpi_hvp};
+    op->result = vals;
+    if (ad_external_collective(&rule, op, sizeof *op, active, n, x, m, y) != AD_OK)
+        for (size_t j = 0; j < m; j++)
+            y[j] = ad_const(vals[j]);
+}
+
+/* (internal) Whether one of x[0..n) is active. */
+static inline int ad__mpi_active(const ad_real *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (x[i].id)
+            return 1;
+    return 0;
+}
+
+static inline ad_status ad__mpi_fail(ad_status s, ad_real *y, size_t m)
+{
+    for (size_t j = 0; y && j < m; j++)
+        y[j] = ad_const(NAN);
+    return s;
+}
+
+/* send[0..nsend) to dest and recv[0..nrecv) from source, with tag, as
+ * MPI_Sendrecv (MPI_PROC_NULL for either: nothing goes, or recv is left
+ * as it was).  send and recv must not overlap. */
+AD_NODISCARD static inline ad_status ad_mpi_sendrecv(const ad_real *send, size_t nsend, int dest,
+                                                     ad_real *recv, size_t nrecv, int source,
+                                                     int tag, MPI_Comm comm)
+{
+    ad__mpi_op op;
+    memset(&op, 0, sizeof op);
+    if (dest == MPI_PROC_NULL)
+        nsend = 0;
+    if (source == MPI_PROC_NULL)
+        nrecv = 0;
+    if (comm == MPI_COMM_NULL || (nsend && !send) || (nrecv && !recv) ||
+        nsend >= (size_t)INT_MAX || nrecv >= (size_t)INT_MAX)
+        return ad__mpi_fail(AD_EINVAL, recv, nrecv);
+    double *out = ad__mpi_doubles(nsend + 1 + nrecv + 1), *in = out + nsend + 1;
+    if (!out)  /* and nothing sent: the peer waits (MPI's own failure, as AD_ECOMM's) */
+        return ad__mpi_fail(AD_ENOMEM, recv, nrecv);
+    for (size_t i = 0; i < nsend; i++)
+        out[i] = send[i].v;
+    op.comm = comm;
+    op.kind = AD__MPI_SENDRECV;
+    op.dest = dest;
+    op.source = source;
+    op.tag = tag;
+    op.send_on = ad__mpi_active(send, nsend);
+    out[nsend] = op.send_on;
+    in[nrecv] = 0.0;
+    ad_status s = AD_OK;
+    if (MPI_Sendrecv(out, dest == MPI_PROC_NULL ? 0 : (int)nsend + 1, MPI_DOUBLE, dest, tag, in,
+                     source == MPI_PROC_NULL ? 0 : (int)nrecv + 1, MPI_DOUBLE, source, tag, comm,
+                     MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        s = AD_ECOMM;
+    op.recv_on = in[nrecv] != 0.0;
+    if (s == AD_OK)
+        ad__mpi_record(&op, op.send_on || op.recv_on, nsend, send, nrecv, recv, in);
+    free(out);
+    return s == AD_OK ? s : ad__mpi_fail(s, recv, nrecv);
+}
+
+/* out[i] = the sum over the ranks of comm of their in[i], i < count, on
+ * every rank, added in rank order (the same bits everywhere).  in and out
+ * may be the same buffer. */
+AD_NODISCARD static inline ad_status ad_mpi_allreduce_sum(const ad_real *in, ad_real *out,
+                                                          size_t count, MPI_Comm comm)
+{
+    ad__mpi_op op;
+    memset(&op, 0, sizeof op);
+    if (comm == MPI_COMM_NULL || (count && (!in || !out)) || count >= (size_t)INT_MAX)
+        return ad__mpi_fail(AD_EINVAL, out, count);
+    if (MPI_Comm_rank(comm, &op.rank) != MPI_SUCCESS ||
+        MPI_Comm_size(comm, &op.ranks) != MPI_SUCCESS)
+        return ad__mpi_fail(AD_ECOMM, out, count);
+    size_t w = count + 1;
+    double *all = ad__mpi_doubles(w * ((size_t)op.ranks + 1) + count), *mine = all;
+    ad_real *args = (ad_real *)malloc((count ? count : 1) * sizeof *args);
+    if (!all || !args) {
+        free(all);
+        free(args);
+        return ad__mpi_fail(AD_ENOMEM, out, count);
+    }
+    double *every = mine + w, *sum = every + w * (size_t)op.ranks;
+    for (size_t i = 0; i < count; i++) {
+        mine[i] = in[i].v;
+        args[i] = in[i];  /* in may be out */
+    }
+    mine[count] = ad__mpi_active(in, count);
+    ad_status s = AD_OK;
+    if (MPI_Allgather(mine, (int)w, MPI_DOUBLE, every, (int)w, MPI_DOUBLE, comm) != MPI_SUCCESS)
+        s = AD_ECOMM;
+    int active = 0;
+    for (size_t i = 0; i < count && s == AD_OK; i++) {
+        double t = every[i];
+        for (int r = 1; r < op.ranks; r++)
+            t += every[(size_t)r * w + i];
+        sum[i] = t;
+    }
+    for (int r = 0; r < op.ranks && s == AD_OK; r++)
+        active |= every[(size_t)r * w + count] != 0.0;
+    op.comm = comm;
+    op.kind = AD__MPI_ALLREDUCE;
+    if (s == AD_OK)
+        ad__mpi_record(&op, active, count, args, count, out, sum);
+    free(all);
+    free(args);
+    return s == AD_OK ? s : ad__mpi_fail(s, out, count);
+}
+
+/* buf[0..count) of rank root to every rank of comm, as MPI_Bcast: on the
+ * root buf is read and left as it was (its values then depend on
+ * themselves, so the cotangents of every rank's copy add up there). */
+AD_NODISCARD static inline ad_status ad_mpi_bcast(ad_real *buf, size_t count, int root,
+                                                  MPI_Comm comm)
+{
+    ad__mpi_op op;
+    memset(&op, 0, sizeof op);
+    if (comm == MPI_COMM_NULL || (count && !buf) || count >= (size_t)INT_MAX)
+        return ad__mpi_fail(AD_EINVAL, buf, count);
+    if (MPI_Comm_rank(comm, &op.rank) != MPI_SUCCESS ||
+        MPI_Comm_size(comm, &op.ranks) != MPI_SUCCESS)
+        return ad__mpi_fail(AD_ECOMM, buf, count);
+    if (root < 0 || root >= op.ranks)
+        return ad__mpi_fail(AD_EINVAL, buf, count);
+    double *vals = ad__mpi_doubles(count + 1);
+    ad_real *args = (ad_real *)malloc((count ? count : 1) * sizeof *args);
+    if (!vals || !args) {
+        free(vals);
+        free(args);
+        return ad__mpi_fail(AD_ENOMEM, buf, count);
+    }
+    int is_root = op.rank == root;
+    for (size_t i = 0; i < count; i++) {
+        vals[i] = buf[i].v;
+        args[i] = buf[i];
+    }
+    vals[count] = is_root ? ad__mpi_active(buf, count) : 0.0;
+    ad_status s = AD_OK;
+    if (MPI_Bcast(vals, (int)count + 1, MPI_DOUBLE, root, comm) != MPI_SUCCESS)
+        s = AD_ECOMM;
+    op.comm = comm;
+    op.kind = AD__MPI_BCAST;
+    op.root = root;
+    if (s == AD_OK)
+        ad__mpi_record(&op, vals[count] != 0.0, is_root ? count : 0, args, count, buf, vals);
+    free(vals);
+    free(args);
+    return s == AD_OK ? s : ad__mpi_fail(s, buf, count);
+}
+
+/* ---- derivatives of SPMD programs that communicate ----
+ *
+ * Collective: every rank of comm calls the same driver with its own f's
+ * share -- x, n and v are the rank's own (its slice of a field, say; n
+ * may differ between ranks, and be 0) -- and f runs on every rank,
+ * communicating through the operations above.  The thread's agreement
+ * hook (ad_set_collective) is set for the call, so that a failure on one
+ * rank (an error in f, memory) is every rank's, with the status of the
+ * failing rank of lowest number, and nothing waits for a rank that
+ * stopped; the results are then NaN everywhere.
+ *
+ * Seeding, once: the objective of ad_mpi_gradient and ad_mpi_hvp is one
+ * number for the whole program, and f must return that same value on
+ * every rank (after ad_mpi_allreduce_sum, or ad_mpi_bcast from the rank
+ * that computed it).  Its cotangent enters on rank 0 alone, so that the
+ * reductions' transposes give every rank the gradient of the one
+ * objective with respect to its own x: seeding every rank would give
+ * ranks times it.  A rank whose f returns a different value (its own
+ * share, not the reduced sum -- the mistake) fails the call on every rank
+ * with AD_EINVAL.  fx is that value on every rank.
+ *
+ * Supported inside f: every ad_ operation, ad_external, checkpointed
+ * loops (their steps may communicate: each replay communicates again, on
+ * every rank alike), nested derivatives that do not communicate.  Not
+ * collective: sparse Hessians and Jacobians, programs, ad_hvps (their
+ * sweeps' number depends on each rank's structure).  The sweeps of a
+ * collective recording are made once and in full (no second pass for
+ * results that are not finite) and the fault search of the checks does
+ * not go into a loop's steps.  Only the calling thread calls MPI. */
+
+/* (internal) A driver's call: the agreement hook's context too. */
+typedef struct ad__mpi_call {
+    MPI_Comm comm;
+    ad_objective f;
+    ad_function g;
+    void *ctx;
+    size_t m;
+    int rank;
+    ad_status pending;  /* a failure of the wrapper's own, for the next agreement */
+} ad__mpi_call;
+
+/* (internal) The agreement hook: the failure of lowest rank, or AD_OK. */
+static inline ad_status ad__mpi_agree(void *ctx, ad_status local)
+{
+    ad__mpi_call *c = (ad__mpi_call *)ctx;
+    if (local == AD_OK)
+        local = c->pending;
+    uint64_t key = ad__mpi_key((uint64_t)c->rank, local), first;
+    if (MPI_Allreduce(&key, &first, 1, MPI_UINT64_T, MPI_MIN, c->comm) != MPI_SUCCESS)
+        return AD_ECOMM;
+    return first == UINT64_MAX ? AD_OK : (ad_status)(first & 0xff);
+}
+
+/* (internal) Ends f's recording with the closing identity (rank 0's
+ * cotangent alone for an objective, seed_all 0; every output's for a
+ * function): the last record on every rank, so every sweep takes every
+ * record below it. */
+static inline ad_status ad__mpi_close(ad__mpi_call *c, int seed_all, size_t n, const ad_real *x,
+                                      size_t m, ad_real *y)
+{
+    ad__mpi_op op;
+    memset(&op, 0, sizeof op);
+    op.comm = c->comm;
+    op.kind = AD__MPI_CLOSE;
+    op.rank = c->rank;
+    op.seed_all = seed_all;
+    double *vals = ad__mpi_doubles(m);
+    if (!vals)
+        return ad__mpi_fail(AD_ENOMEM, y, m);
+    for (size_t j = 0; j < m; j++)
+        vals[j] = j < n ? x[j].v : 0.0;
+    ad__mpi_record(&op, 1, n, x, m, y, vals);
+    free(vals);
+    return AD_OK;
+}
+
+static inline ad_real ad__mpi_objective(const ad_real *x, size_t n, void *ctx)
+{
+    ad__mpi_call *c = (ad__mpi_call *)ctx;
+    ad_real y = c->f(x, n, c->ctx), out;
+    uint64_t bits, mine[2], most[2];
+    memcpy(&bits, &y.v, sizeof bits);
+    mine[0] = bits;
+    mine[1] = ~bits;
+    if (MPI_Allreduce(mine, most, 2, MPI_UINT64_T, MPI_MAX, c->comm) != MPI_SUCCESS)
+        c->pending = AD_ECOMM;
+    else if (most[0] != ~most[1] && c->pending == AD_OK)
+        c->pending = AD_EINVAL;  /* not the same objective on every rank */
+    if (ad__mpi_close(c, 0, 1, &y, 1, &out) != AD_OK && c->pending == AD_OK)
+        c->pending = AD_ENOMEM;
+    return out;
+}
+
+static inline void ad__mpi_function(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx)
+{
+    ad__mpi_call *c = (ad__mpi_call *)ctx;
+    c->g(x, n, y, c->m, c->ctx);
+    if (ad__mpi_close(c, 1, c->m, y, m, y) != AD_OK && c->pending == AD_OK)
+        c->pending = AD_ENOMEM;
+}
+
+/* (internal) A call's start: the rank, and the ranks' agreement on the
+ * arguments (local: AD_EINVAL if this rank's are not usable). */
+static inline ad_status ad__mpi_begin(ad__mpi_call *c, MPI_Comm comm, ad_status local)
+{
+    memset(c, 0, sizeof *c);
+    if (comm == MPI_COMM_NULL)
+        return AD_EINVAL;
+    c->comm = comm;
+    if (MPI_Comm_rank(comm, &c->rank) != MPI_SUCCESS)
+        return AD_ECOMM;
+    return ad__mpi_agree(c, local);
+}
+
+/* (internal) A call's end: the hook put back, and the ranks' agreement on
+ * the outcome (a failure inside a sweep, whose rules cannot stop it). */
+static inline ad_status ad__mpi_end(ad__mpi_call *c, ad_collective was, ad_status s)
+{
+    ad_set_collective(&was);
+    return ad__mpi_agree(c, s);
+}
+
+static inline void ad__mpi_nan(double *p, size_t count)
+{
+    for (size_t i = 0; p && i < count; i++)
+        p[i] = NAN;
+}
+
+/* The objective's value (the same on every rank) and its gradient with
+ * respect to this rank's x[0..n), on every rank of comm (collective). */
+AD_NODISCARD static inline ad_status ad_mpi_gradient(MPI_Comm comm, ad_objective f, void *ctx,
+                                                     size_t n, const double *x, double *fx,
+                                                     double *grad)
+{
+    ad__mpi_call c;
+    int bad = !f || !fx || (n && (!x || !grad));
+    ad_status s = ad__mpi_begin(&c, comm, bad ? AD_EINVAL : AD_OK);
+    if (s == AD_OK) {
+        c.f = f;
+        c.ctx = ctx;
+        ad_collective hook = {ad__mpi_agree, &c};
+        ad_collective was = ad_set_collective(&hook);
+        s = ad__mpi_end(&c, was, ad_gradient(ad__mpi_objective, &c, n, x, fx, grad));
+    }
+    if (s != AD_OK) {
+        ad__mpi_nan(fx, 1);
+        ad__mpi_nan(grad, n);
+    }
+    return s;
+}
+
+/* The same, and H v along this rank's share v[0..n) of the direction:
+ * hv is this rank's share of H v. */
+AD_NODISCARD static inline ad_status ad_mpi_hvp(MPI_Comm comm, ad_objective f, void *ctx, size_t n,
+                                                const double *x, const double *v, double *fx,
+                                                double *grad, double *hv)
+{
+    ad__mpi_call c;
+    int bad = !f || !fx || (n && (!x || !v || !grad || !hv));
+    ad_status s = ad__mpi_begin(&c, comm, bad ? AD_EINVAL : AD_OK);
+    if (s == AD_OK) {
+        c.f = f;
+        c.ctx = ctx;
+        ad_collective hook = {ad__mpi_agree, &c};
+        ad_collective was = ad_set_collective(&hook);
+        s = ad__mpi_end(&c, was, ad_hvp(ad__mpi_objective, &c, n, x, v, fx, grad, hv));
+    }
+    if (s != AD_OK) {
+        ad__mpi_nan(fx, 1);
+        ad__mpi_nan(grad, n);
+        ad__mpi_nan(hv, n);
+    }
+    return s;
+}
+
+/* y = f(x) and jv = J v, each rank its own outputs y[0..m) and their
+ * tangents along the ranks' shares of v (collective; no seeding: a
+ * forward sweep). */
+AD_NODISCARD static inline ad_status ad_mpi_jvp(MPI_Comm comm, ad_function f, void *ctx, size_t n,
+                                                const double *x, const double *v, size_t m,
+                                                double *y, double *jv)
+{
+    ad__mpi_call c;
+    double *buf = NULL;
+    ad_status s = AD_OK;
+    if (!f || (n && (!x || !v)) || (m && (!y || !jv)) || m >= SIZE_MAX / 4)
+        s = AD_EINVAL;
+    else if (!(buf = ad__mpi_doubles(2 * (m + 1))))
+        s = AD_ENOMEM;
+    s = ad__mpi_begin(&c, comm, s);
+    if (s == AD_OK) {
+        c.g = f;
+        c.ctx = ctx;
+        c.m = m;
+        ad_collective hook = {ad__mpi_agree, &c};
+        ad_collective was = ad_set_collective(&hook);
+        /* one output more, the closing record's, so that none is empty */
+        s = ad__mpi_end(&c, was, ad_jvp(ad__mpi_function, &c, n, x, v, m + 1, buf, buf + m + 1));
+        if (s == AD_OK && m) {
+            memcpy(y, buf, m * sizeof *y);
+            memcpy(jv, buf + m + 1, m * sizeof *jv);
+        }
+    }
+    free(buf);
+    if (s != AD_OK) {
+        ad__mpi_nan(y, m);
+        ad__mpi_nan(jv, m);
+    }
+    return s;
+}
+
 AD__EXTERN_C_END
 
 #endif /* DUALREV_MPI_H */

@@ -14,6 +14,7 @@
 
 #include "block.h"
 #include "check.h"
+#include "collective.h"
 #include "listing.h"
 #include "loop_hessian.h"
 #include "recording.h"
@@ -141,9 +142,13 @@ static void replay_free(replay *rp)
     ad_free(rp->in);
     ad_free(rp->frames);
     ad_free(rp->sreach);
+    rp->reg = NULL;
+    rp->in = NULL;
+    rp->frames = NULL;
+    rp->sreach = NULL;
 }
 
-static ad_status replay_start(replay *rp, const ad_tape *owner, loop *lp, int second)
+static ad_status replay_make(replay *rp, const ad_tape *owner, loop *lp, int second)
 {
     size_t n = lp->n, nx = lp->n + lp->np;
     memset(rp, 0, sizeof *rp);
@@ -180,6 +185,16 @@ static ad_status replay_start(replay *rp, const ad_tape *owner, loop *lp, int se
     return AD_OK;
 }
 
+/* Agreed with the other processes (collective.h): a replay that one of
+ * them cannot start is started by none. */
+static ad_status replay_start(replay *rp, const ad_tape *owner, loop *lp, int second)
+{
+    ad_status s = ad_agree(replay_make(rp, owner, lp, second));
+    if (s != AD_OK)
+        replay_free(rp);  /* rp's pointers are NULL or rp's own */
+    return s;
+}
+
 /* Steps k0 .. k1-1 on plain values, from and into the state in reg.
  * With `guard`, they run with a recording of their own active (one level
  * down) that records nothing, as every value is constant: an active value
@@ -194,20 +209,23 @@ static ad_status run_plain(replay *rp, size_t k0, size_t k1, int guard)
     ad_tape *g = guard ? ad_thread_tape() : NULL;
     if (guard && !g)
         return AD_ENESTING;
-    ad_status s = g ? ad_tape_begin(g, th, 0, NULL, 0) : AD_OK;
+    ad_status s = ad_agree(g ? ad_tape_begin(g, th, 0, NULL, 0) : AD_OK);
     if (s != AD_OK)
         return s;
+    /* collective (collective.h): every step runs on every process, which
+     * agree on the first failure at the end */
+    int coll = ad_collective_on();
     ad_checks *ck = ad_checks_of(th);
     if (g)
         ad_checks_begin(ck, g, th->depth);
     /* the recording's forward pass, checked: the first step to make a
      * non-finite state from a finite one is found again below (locate) */
-    int check = guard && rp->owner && (rp->owner->checks & AD_CHECK_FINITE);
+    int check = guard && rp->owner && (rp->owner->checks & AD_CHECK_FINITE) && !coll;
     ad__cursor *outer = ad__active;
     if (g)
         ad__active = &g->cursor;
     th->depth++;
-    for (size_t k = k0; k < k1 && s == AD_OK; k++) {
+    for (size_t k = k0; k < k1 && (s == AD_OK || coll); k++) {
         for (size_t i = 0; i < n; i++) {
             rp->in[i] = ad_const(rp->reg[i]);
             rp->out[i] = ad_const(NAN);  /* what the step leaves unwritten */
@@ -215,7 +233,8 @@ static ad_status run_plain(replay *rp, size_t k0, size_t k1, int guard)
         at_step was = step_enter(lp, k);
         lp->step(k, rp->in, rp->out, n, rp->in + n, lp->np, lp->ctx);
         step_leave(was);
-        s = g ? g->status : AD_OK;
+        if (s == AD_OK)
+            s = g ? g->status : AD_OK;
         for (size_t i = 0; i < n; i++)
             if (rp->out[i].id && s == AD_OK)
                 s = AD_EFOREIGN;  /* an active value, not made here */
@@ -229,7 +248,7 @@ static ad_status run_plain(replay *rp, size_t k0, size_t k1, int guard)
     }
     th->depth--;
     ad__active = outer;
-    return s;
+    return coll ? ad_agree(s) : s;
 }
 
 typedef struct step_call {
@@ -678,7 +697,7 @@ static ad_status forward(ad_tape *t, loop *lp)
     s = schedule(&rp, 0, 0);
     if (s == AD_OK)
         s = run_plain(&rp, lp->steps - 1, lp->steps, 1);
-    if (s == AD_ENONFINITE && rp.bad1)
+    if (s == AD_ENONFINITE && rp.bad1)  /* never set while collective */
         s = locate(&rp);
     memcpy(lp_y(lp), rp.reg, lp->n * sizeof(double));
     replay_free(&rp);
@@ -695,7 +714,10 @@ ad_status ad_checkpointed_loop(ad_step_fn step, void *ctx, size_t steps, size_t 
     if (n == 0)
         return AD_OK;
     ad_tape *t = ad_recording();
-    if (!t || !(ad_any_active(n, state0) || ad_any_active(np, params)) || steps == 0) {
+    /* collective (collective.h): recorded on every process, active or not,
+     * as its replays may communicate */
+    int active = ad_collective_on() || ad_any_active(n, state0) || ad_any_active(np, params);
+    if (!t || !active || steps == 0) {
         if (steps == 0) {
             if (t && !(ad_reals_mine(t, n, state0) && ad_reals_mine(t, np, params)))
                 return fail(AD_EFOREIGN, n, stateN);
@@ -704,8 +726,9 @@ ad_status ad_checkpointed_loop(ad_step_fn step, void *ctx, size_t steps, size_t 
         }
         return just_run(step, ctx, steps, n, state0, np, params, stateN);
     }
+    ad_status s = AD_OK;
     if (!ad_reals_mine(t, n, state0) || !ad_reals_mine(t, np, params))
-        return fail(AD_EFOREIGN, n, stateN);
+        s = AD_EFOREIGN;
     size_t S = snapshots ? snapshots : ad_revolve_default(steps);
     if (S > steps)
         S = steps;
@@ -713,13 +736,15 @@ ad_status ad_checkpointed_loop(ad_step_fn step, void *ctx, size_t steps, size_t 
     size_t nx = n + np, words = SIZE_MAX;
     if (nx < AD__ID_END && n <= SIZE_MAX / 8 && S <= (SIZE_MAX / 8 - 3 * nx) / width)
         words = 3 * nx + S * width;  /* x, y, last (and room), snapshots */
-    if (words == SIZE_MAX || words > (SIZE_MAX - sizeof(loop)) / 8 - nx)
-        return fail(AD_ERANGE, n, stateN);
+    if (s == AD_OK && (words == SIZE_MAX || words > (SIZE_MAX - sizeof(loop)) / 8 - nx))
+        s = AD_ERANGE;
     size_t size = sizeof(loop) + words * sizeof(double) + nx * sizeof(uint32_t);
-    size_t at = ad_block_new(t, size, (uint32_t)n, (uint32_t)nx, 0);
+    size_t at = s == AD_OK ? ad_block_new(t, size, (uint32_t)n, (uint32_t)nx, 0) : SIZE_MAX;
     loop_stats *st = at == SIZE_MAX ? NULL : stats_of(t);
-    if (!st)
-        return fail(AD_ENOMEM, n, stateN);
+    if (s == AD_OK && !st)
+        s = AD_ENOMEM;
+    if ((s = ad_agree(s)) != AD_OK)
+        return fail(s, n, stateN);
     loop *lp = (loop *)ad_block_at(t, at);
     lp->base.kind = &loop_kind;
     lp->base.ids = sizeof(loop) + words * sizeof(double);
@@ -734,7 +759,7 @@ ad_status ad_checkpointed_loop(ad_step_fn step, void *ctx, size_t steps, size_t 
     }
     st->snapshot_bytes += S * width * sizeof(double);
     int listing = ad_listing_of(t) != NULL;
-    ad_status s = forward(t, lp);
+    s = forward(t, lp);
     if (s != AD_OK)
         return fail(s, n, stateN);
     if (listing)

@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "check.h"
+#include "collective.h"
 #include "listing.h"
 #include "program.h"
 #include "recording.h"
@@ -26,6 +27,21 @@ static ad_status prepare_outputs(ad_tape *t, size_t m)
     /* An output f leaves unwritten reads as NaN, not as stale data. */
     for (size_t j = 0; j < m; j++)
         t->outputs[j] = ad_const(NAN);
+    return AD_OK;
+}
+
+/* The recording's status once f has returned. */
+static ad_status ended(const ad_tape *t, size_t m)
+{
+    if (t->status != AD_OK)
+        return t->status;
+    /* An output from another recording (or a stale ID) is refused, as an
+     * argument would have been (inline: a call here shows on small
+     * gradients). */
+    const ad__cursor *c = &t->cursor;
+    for (size_t j = 0; j < m; j++)
+        if (ad__alien(ad__key(t->outputs[j]), c->key0, c->next))
+            return AD_EFOREIGN;
     return AD_OK;
 }
 
@@ -52,8 +68,10 @@ ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n, const double
         ad_checks_begin(ck, t, th->depth);
         s = prepare_outputs(t, m);
     }
-    if (s != AD_OK)
+    if ((s = ad_agree(s)) != AD_OK)
         return s;
+    if (ad_collective_on())
+        t->traits |= AD_COLLECTIVE_TAPE;
     for (size_t i = 0; i < n; i++)
         t->inputs[i].v = x[i];
     ad__cursor *outer = ad__active;
@@ -64,16 +82,7 @@ ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n, const double
     th->depth--;
     ad__active = outer;
     ck->label = label;
-    if (t->status != AD_OK)
-        return t->status;
-    /* An output from another recording (or a stale ID) is refused, as an
-     * argument would have been (inline: a call here shows on small
-     * gradients). */
-    const ad__cursor *c = &t->cursor;
-    for (size_t j = 0; j < m; j++)
-        if (ad__alien(ad__key(t->outputs[j]), c->key0, c->next))
-            return AD_EFOREIGN;
-    return AD_OK;
+    return ad_agree(ended(t, m));
 }
 
 typedef struct scalar {

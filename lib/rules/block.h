@@ -25,6 +25,10 @@ typedef struct ad_block_kind {
      * (seeded.h, "Scaled seeds"), as a rule need not be exactly linear in
      * them (an iterative solver's absolute tolerance, say). */
     int foreign;
+    /* Its rules communicate with other processes (ad_external_collective):
+     * every sweep runs them on every process, reached or not, and the
+     * recording holding it is swept once (collective.h). */
+    int collective;
     /* xbar = J^T ybar over the arguments in order (listed, then the run);
      * xbar arrives zeroed */
     void (*vjp)(ad_tape *t, ad_block *b, const double *ybar, double *xbar);

@@ -7,6 +7,7 @@
 
 #include "block.h"
 #include "check.h"
+#include "collective.h"
 #include "listing.h"
 #include "status.h"
 
@@ -15,8 +16,14 @@ typedef struct external {
     ad_rule rule;
     void *ctx;
     size_t n, m;
-    /* then: double x[n], y[m]; uint32_t ids[n] */
+    size_t ctx_at;  /* a collective record's copy of ctx, at this offset; 0: ctx */
+    /* then: double x[n], y[m]; uint32_t ids[n]; the copy of ctx */
 } external;
+
+static void *ext_ctx(const external *e)
+{
+    return e->ctx_at ? (void *)((char *)(uintptr_t)e + e->ctx_at) : e->ctx;
+}
 
 static const double *ext_x(const external *e)
 {
@@ -32,14 +39,14 @@ static void ext_vjp(ad_tape *t, ad_block *b, const double *ybar, double *xbar)
 {
     (void)t;
     const external *e = (const external *)b;
-    e->rule.vjp(e->ctx, e->n, ext_x(e), e->m, ext_y(e), ybar, xbar);
+    e->rule.vjp(ext_ctx(e), e->n, ext_x(e), e->m, ext_y(e), ybar, xbar);
 }
 
 static void ext_jvp(ad_tape *t, ad_block *b, const double *xdot, double *ydot)
 {
     (void)t;
     const external *e = (const external *)b;
-    e->rule.jvp(e->ctx, e->n, ext_x(e), e->m, ext_y(e), xdot, ydot);
+    e->rule.jvp(ext_ctx(e), e->n, ext_x(e), e->m, ext_y(e), xdot, ydot);
 }
 
 /* ---- second order, from the rule's hvp ----
@@ -53,14 +60,14 @@ static void ext_jvp(ad_tape *t, ad_block *b, const double *xdot, double *ydot)
 static void ext_hvp(const external *e, const double *ybar, const double *xdot, double *out)
 {
     memset(out, 0, e->n * sizeof *out);
-    e->rule.hvp(e->ctx, e->n, ext_x(e), e->m, ext_y(e), ybar, xdot, out);
+    e->rule.hvp(ext_ctx(e), e->n, ext_x(e), e->m, ext_y(e), ybar, xdot, out);
 }
 
 /* xbar = J^T ybar, xbar zeroed first. */
 static void ext_pull(const external *e, const double *ybar, double *xbar)
 {
     memset(xbar, 0, e->n * sizeof *xbar);
-    e->rule.vjp(e->ctx, e->n, ext_x(e), e->m, ext_y(e), ybar, xbar);
+    e->rule.vjp(ext_ctx(e), e->n, ext_x(e), e->m, ext_y(e), ybar, xbar);
 }
 
 /* Lane `lane` of the second-order sweep (second_order.c), forward over
@@ -147,8 +154,19 @@ static const ad_block_kind with_jvp = {.name = "external", .foreign = 1, .vjp = 
 static const ad_block_kind without_jvp = {.name = "external", .foreign = 1,
                                           .vjp = ext_vjp};
 
-static const ad_block_kind *kind_of(const ad_rule *rule)
+/* Collective: no edge-pushing rules, as a sparse Hessian's sweeps, one
+ * per output, differ in number from process to process. */
+static const ad_block_kind coll_hvp = {.name = "collective", .foreign = 1, .collective = 1,
+                                       .vjp = ext_vjp, .jvp = ext_jvp, .second = ext_second};
+static const ad_block_kind coll_jvp = {.name = "collective", .foreign = 1, .collective = 1,
+                                       .vjp = ext_vjp, .jvp = ext_jvp};
+static const ad_block_kind coll_vjp = {.name = "collective", .foreign = 1, .collective = 1,
+                                       .vjp = ext_vjp};
+
+static const ad_block_kind *kind_of(const ad_rule *rule, int collective)
 {
+    if (collective)
+        return rule->hvp ? &coll_hvp : rule->jvp ? &coll_jvp : &coll_vjp;
     return rule->hvp ? &with_hvp : rule->jvp ? &with_jvp : &without_jvp;
 }
 
@@ -178,55 +196,88 @@ static ad_status run_plain(const ad_rule *rule, void *ctx, size_t n, const ad_re
     return AD_OK;
 }
 
-ad_status ad_external(const ad_rule *rule, void *ctx, size_t n, const ad_real *x, size_t m,
-                      ad_real *y)
+static int bad_rule(const ad_rule *rule, size_t n, const ad_real *x, size_t m, ad_real *y)
 {
     /* hvp without jvp: the second-order sweeps need the outputs' tangents */
-    if (!rule || !rule->primal || !rule->vjp || (rule->hvp && !rule->jvp) || (n && !x) ||
-        (m && !y))
-        return fail(AD_EINVAL, m, y);
-    ad_tape *t = ad_recording();
-    if (!t || !ad_any_active(n, x) || m == 0)
-        return run_plain(rule, ctx, n, x, m, y);
+    return !rule || !rule->primal || !rule->vjp || (rule->hvp && !rule->jvp) || (n && !x) ||
+           (m && !y);
+}
+
+/* The block of rule at x on t, the recording: ctx kept, or (ctx_bytes)
+ * copied after the arrays, where the rules find it (ext_ctx). */
+static ad_status record(ad_tape *t, const ad_rule *rule, const void *ctx, size_t ctx_bytes,
+                        int collective, size_t n, const ad_real *x, size_t m, ad_real *y)
+{
     if (!ad_reals_mine(t, n, x))
         return fail(AD_EFOREIGN, m, y);
-    if (n >= AD__ID_END || m >= AD__ID_END ||
-        n + m > (SIZE_MAX - sizeof(external)) / (sizeof(double) + sizeof(uint32_t)))
+    if (n >= AD__ID_END || m >= AD__ID_END || ctx_bytes > SIZE_MAX / 2 ||
+        n + m > (SIZE_MAX / 2 - sizeof(external) - ctx_bytes) / (sizeof(double) + sizeof(uint32_t)))
         return fail(AD_ERANGE, m, y);
-    size_t size = sizeof(external) + (n + m) * sizeof(double) + n * sizeof(uint32_t);
+    size_t ids_at = sizeof(external) + (n + m) * sizeof(double);
+    size_t ctx_at = ctx_bytes ? (ids_at + n * sizeof(uint32_t) + 15) / 16 * 16 : 0;
+    size_t size = ctx_bytes ? ctx_at + ctx_bytes : ids_at + n * sizeof(uint32_t);
+    int listing = ad_listing_of(t) != NULL;
+    if (listing && collective)  /* a program replays without the other processes */
+        return fail(AD_ENOTSUP, m, y);
     size_t at = ad_block_new(t, size, (uint32_t)m, (uint32_t)n, 0);
     if (at == SIZE_MAX || (rule->hvp && !ad_block_reserve(t, 2 * m + 3 * n)))
         return fail(AD_ENOMEM, m, y);  /* ext_second's work */
-    int listing = ad_listing_of(t) != NULL;
     external *e = (external *)ad_block_at(t, at);
-    e->base.kind = kind_of(rule);
-    e->base.ids = sizeof(external) + (n + m) * sizeof(double);
+    e->base.kind = kind_of(rule, collective);
+    e->base.ids = ids_at;
     e->rule = *rule;
-    e->ctx = ctx;
+    e->ctx = (void *)(uintptr_t)ctx;
     e->n = n;
     e->m = m;
+    e->ctx_at = ctx_at;
+    if (ctx_bytes)
+        memcpy((char *)e + ctx_at, ctx, ctx_bytes);
     double *xv = (double *)(void *)(e + 1);
     uint32_t *ids = (uint32_t *)(void *)((char *)e + e->base.ids);
     for (size_t i = 0; i < n; i++) {
         xv[i] = x[i].v;
         ids[i] = x[i].id;
     }
-    rule->primal(ctx, n, xv, m, xv + n);
+    rule->primal((void *)(uintptr_t)ctx, n, xv, m, xv + n);
     if (listing)  /* after the primal, whose own primitives announce theirs */
         ad_listing_expect(t);
     uint32_t first = ad_block_record(t, at);
     if (!first)
         return fail(t->status, m, y);
     e = (external *)ad_block_at(t, at);
+    if (collective)
+        t->traits |= AD_COLLECTIVE_TAPE;
     if (!ad_check_block(t, e->base.kind->name, n, ext_x(e), m, ext_y(e), first))
         return fail(AD_ENONFINITE, m, y);
     if (listing) {
-        ad_listing_call(t, &(ad_call){.rule = *rule, .ctx = ctx, .n = n, .m = m}, x, NULL, first,
-                        ext_y(e));
+        ad_listing_call(t, &(ad_call){.rule = *rule, .ctx = (void *)(uintptr_t)ctx, .n = n, .m = m},
+                        x, NULL, first, ext_y(e));
         if (t->status != AD_OK)
             return fail(t->status, m, y);
     }
     for (size_t j = 0; j < m; j++)
         y[j] = ad__made(ext_y(e)[j], first + (uint32_t)j);
     return AD_OK;
+}
+
+ad_status ad_external(const ad_rule *rule, void *ctx, size_t n, const ad_real *x, size_t m,
+                      ad_real *y)
+{
+    if (bad_rule(rule, n, x, m, y))
+        return fail(AD_EINVAL, m, y);
+    ad_tape *t = ad_recording();
+    if (!t || !ad_any_active(n, x) || m == 0)
+        return run_plain(rule, ctx, n, x, m, y);
+    return record(t, rule, ctx, 0, 0, n, x, m, y);
+}
+
+ad_status ad_external_collective(const ad_rule *rule, const void *ctx, size_t ctx_bytes,
+                                 int active, size_t n, const ad_real *x, size_t m, ad_real *y)
+{
+    if (bad_rule(rule, n, x, m, y) || (ctx_bytes && !ctx))
+        return fail(AD_EINVAL, m, y);
+    ad_tape *t = ad_recording();
+    if (!t || !active)
+        return run_plain(rule, (void *)(uintptr_t)ctx, n, x, m, y);
+    return record(t, rule, ctx, ctx_bytes, 1, n, x, m, y);
 }

@@ -145,13 +145,13 @@ static void block_reached(ad_tape *t, const ad__record *r, uint32_t hid, double 
     ad_block *b = ad_block_of(t, r);
     unsigned char *outs = ad_block_flags(t), *args = outs + b->nout;
     double *ybar = ad_block_ybar(t);
-    int any = 0;
+    int any = 0, all = b->kind->collective;  /* run, reached or not: collective.h */
     for (uint32_t j = 0; j < b->nout; j++) {
-        outs[j] = (unsigned char)ad_reached(ad_reach_bits(t), hid + 1 + j);
+        outs[j] = (unsigned char)(all || ad_reached(ad_reach_bits(t), hid + 1 + j));
         ybar[j] = outs[j] ? adj[hid + 1 + j] : 0.0;
         any |= outs[j];
     }
-    if (!any)
+    if (!any && !all)
         return;
     const double *xbar = ad_block_pullback_reached(t, b, ybar);
     const uint32_t *ids = ad_block_ids(b);
@@ -233,7 +233,7 @@ AD_INLINE ad_status reverse(ad_tape *t, size_t m, const double *w, double *wj, i
     ad_status s = ad_tape_reserve_adjoints(t, hi);
     if (s == AD_OK && flags)
         s = ad_reach_reserve(t, hi);
-    if (s != AD_OK)
+    if ((s = ad_agree(s)) != AD_OK)
         return s;
     /* The sweep leaves the records' cotangents 0, so only what no sweep
      * has cleared since the array last served another use is cleared. */
@@ -248,7 +248,8 @@ AD_INLINE ad_status reverse(ad_tape *t, size_t m, const double *w, double *wj, i
     s = ad_seeded(t, hi, how, reverse_pass, &c, &sum);  /* seeded.h, "Scaled seeds" */
     /* AD_CHECK_FINITE: which cotangent overflowed.  A NaN of a pass with
      * no exact form is the caller's exact pass to settle. */
-    if ((s == AD_OK || s == AD_EOVERFLOW) && t->checks && sum - sum != 0.0 &&
+    if ((s == AD_OK || s == AD_EOVERFLOW) && t->checks && !(t->traits & AD_COLLECTIVE_TAPE) &&
+        sum - sum != 0.0 &&
         (can_exact || flags || sum == sum)) {
         ad_status c = ad_check_reverse(t, m, w, hi);
         return c != AD_OK ? c : s;

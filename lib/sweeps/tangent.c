@@ -78,6 +78,8 @@ void ad_tangent(ad_tape *t, double *tan, uint32_t top, size_t lanes)
 /* Whether one of a block's arguments is reached. */
 static int block_reached(ad_tape *t, ad_block *b)
 {
+    if (b->kind->collective)  /* run, reached or not: collective.h */
+        return 1;
     const uint32_t *ids = ad_block_ids(b);
     for (uint32_t k = 0; k < b->nargs; k++)
         if (!ad_tangent_zero(t, ids[k]))
@@ -168,14 +170,14 @@ AD_INLINE ad_status forward(ad_tape *t, size_t m, const double *v, double *jv, i
     ad_status s = ad_tape_borrow_adjoints(t, (size_t)hi + 1);  /* for the tangents */
     if (s == AD_OK && flags)
         s = ad_reach_reserve(t, hi);
-    if (s != AD_OK)
+    if ((s = ad_agree(s)) != AD_OK)
         return s;
     t->adj[0] = 0.0;
     ad_seeds c = {m, t->first - 1, v, jv, hi, flags};
     double sum;
     s = ad_seeded(t, hi, can_exact ? AD_SEEDED_EXACT : 0, forward_pass, &c, &sum);  /* seeded.h, "Scaled seeds" */
     /* AD_CHECK_FINITE: which tangent overflowed (as reverse() in resolve.c) */
-    if (s == AD_OK && t->checks && sum - sum != 0.0 && (can_exact || flags || sum == sum))
+    if (s == AD_OK && t->checks && !(t->traits & AD_COLLECTIVE_TAPE) && sum - sum != 0.0 && (can_exact || flags || sum == sum))
         return ad_check_forward(t, v, hi);
     return s;
 }

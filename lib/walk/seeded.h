@@ -22,6 +22,7 @@
 
 #include <string.h>
 
+#include "collective.h"
 #include "tape.h"
 
 #define AD_SEED_SCALE 0x1p512
@@ -217,7 +218,7 @@ static inline int ad_retry_next(ad_retry *r, ad_tape *t, uint32_t top, double su
 {
     int over = ad_watch_over(&r->watch);
     r->over = over == 1;
-    return sum - sum != 0.0 && t->fault == AD_OK &&
+    return sum - sum != 0.0 && t->fault == AD_OK && !(t->traits & AD_COLLECTIVE_TAPE) &&
            ad_retry_plan(r, t, top, r->scale != 1.0 && over, sum != sum);
 }
 

@@ -342,7 +342,7 @@ AD_API void ad_csr_free(ad_csr *J);
  * (outside a recording too: the copies) or AD_ERANGE (the tape's limit, or
  * n or m of 2^32 - 256 or more); an error is also kept by the recording, if
  * there is one, whose caller then reports it, and y is NaN.  On the tape:
- * m + 1 slots, and 88 + 12 n + 8 m bytes of block data (docs/tape.md). */
+ * m + 1 slots, and 96 + 12 n + 8 m bytes of block data (docs/tape.md). */
 typedef struct ad_rule {
     void (*primal)(void *ctx, size_t n, const double *x, size_t m, double *y);
     void (*vjp)(void *ctx, size_t n, const double *x, size_t m, const double *y,

@@ -399,7 +399,7 @@ static size_t ceil_div(size_t a, size_t b)
  * SUM_MIN_CHUNKS chunks to share out, where there are that many terms.
  * From term 0's recording at x on the calling thread and its budget only:
  * never from the threads.  nterms > 0. */
-static ad_status chunk_size(job *jb)
+static ad_status chunk_size_of(job *jb)
 {
     ad_tape *t = ad_thread_tape();
     chunk ch = {jb, 0, 1, ad_checks_of(ad_thread_self())};
@@ -435,7 +435,7 @@ static void zero(job *jb)
 
 /* Chunks [jb->c0, jb->c1) on `threads` threads: added into the caller's
  * arrays (jb->out NULL, which zero() has cleared) or stored into jb->out. */
-static ad_status run_chunks(job *jb, unsigned threads)
+static ad_status run_chunks_of(job *jb, unsigned threads)
 {
     jb->failed_at = SIZE_MAX;
     jb->status = AD_OK;
@@ -460,6 +460,25 @@ static ad_status run_chunks(job *jb, unsigned threads)
     if (jb->has_fault)  /* the failed chunk's, for the caller's ad_last_fault */
         ad_fault_keep(&jb->fault);
     return jb->status;
+}
+
+/* The terms run without the thread's agreement hook (collective.h): the
+ * chunks the calling thread takes differ from call to call, and the
+ * library's threads have none. */
+static ad_status chunk_size(job *jb)
+{
+    ad_collective was = ad_set_collective(NULL);
+    ad_status s = chunk_size_of(jb);
+    ad_set_collective(&was);
+    return s;
+}
+
+static ad_status run_chunks(job *jb, unsigned threads)
+{
+    ad_collective was = ad_set_collective(NULL);
+    ad_status s = run_chunks_of(jb, threads);
+    ad_set_collective(&was);
+    return s;
 }
 
 static ad_status sum(job *jb, unsigned threads)

@@ -192,9 +192,13 @@ int main(int argc, char **argv)
                                    ret == LBFGS_ALREADY_MINIMIZED ||
                                    ((ret == LBFGSERR_MAXIMUMITERATION ||
                                      ret == LBFGSERR_ROUNDING_ERROR) && J < 0.01 * J0));
+        const char *why = ret == LBFGS_SUCCESS || ret == LBFGS_ALREADY_MINIMIZED ? "converged"
+                          : ret == LBFGSERR_MAXIMUMITERATION ? "iteration limit"
+                          : ret == LBFGSERR_ROUNDING_ERROR   ? "at rounding level"
+                                                             : "stopped";
         if (F.rank == 0)
-            printf("L-BFGS: %s (%d), %d evaluations, J %.6e -> %.6e\n",
-                   ok ? "done" : "FAILED", ret, F.evaluations, J0, J);
+            printf("L-BFGS: %s, %s (%d), %d evaluations, J %.6e -> %.6e\n",
+                   ok ? "done" : "FAILED", why, ret, F.evaluations, J0, J);
         if (F.status != AD_OK && F.rank == 0)
             printf("mpi_heat: %s\n", ad_strerror(F.status));
     }

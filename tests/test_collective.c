@@ -265,6 +265,49 @@ static void test_refused(void **state)
     assert_int_equal(y[0].id, 0u);
 }
 
+/* A loop in a loop's step: the outer loop's forward pass runs its steps
+ * under a guard that records nothing, where the inner loop is not recorded
+ * (no sweep takes a guard) even under a hook. */
+static void id_step(size_t k, const ad_real *x, ad_real *y, size_t n, const ad_real *p, size_t np,
+                    void *ctx)
+{
+    (void)k, (void)p, (void)np, (void)ctx;
+    for (size_t i = 0; i < n; i++)
+        y[i] = ad_mul(1.5, x[i]);
+}
+
+static void outer_step(size_t k, const ad_real *x, ad_real *y, size_t n, const ad_real *p,
+                       size_t np, void *ctx)
+{
+    ad_real s[2] = {x[0], p[0]};
+    (void)k, (void)n, (void)np, (void)ctx;
+    status_unused(ad_checkpointed_loop(id_step, NULL, 2, 0, 2, s, 0, NULL, s));
+    y[0] = ad_add(s[0], s[1]);
+    y[1] = x[1];
+}
+
+static ad_real nested_loops(const ad_real *x, size_t n, void *ctx)
+{
+    ad_real out[2];
+    (void)n, (void)ctx;
+    status_unused(ad_checkpointed_loop(outer_step, NULL, 3, 0, 2, x, 1, x + 2, out));
+    return ad_mul(out[0], out[1]);
+}
+
+static void test_nested_loops(void **state)
+{
+    (void)state;
+    counter c = {0, 0, AD_OK};
+    ad_collective hook = {agree, &c};
+    double f0, g0[3], f1, g1[3];
+    assert_int_equal(ad_gradient(nested_loops, NULL, 3, X, &f0, g0), AD_OK);
+    (void)ad_set_collective(&hook);
+    assert_int_equal(ad_gradient(nested_loops, NULL, 3, X, &f1, g1), AD_OK);
+    (void)ad_set_collective(NULL);
+    assert_memory_equal(&f0, &f1, sizeof f0);
+    assert_memory_equal(g0, g1, sizeof g0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -273,6 +316,7 @@ int main(void)
         cmocka_unit_test(test_same_bits),
         cmocka_unit_test(test_external_collective),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_nested_loops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

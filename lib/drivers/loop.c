@@ -212,6 +212,8 @@ static ad_status run_plain(replay *rp, size_t k0, size_t k1, int guard)
     ad_status s = ad_agree(g ? ad_tape_begin(g, th, 0, NULL, 0) : AD_OK);
     if (s != AD_OK)
         return s;
+    if (g)
+        g->traits |= AD_GUARD_TAPE;
     /* collective (collective.h): every step runs on every process, which
      * agree on the first failure at the end */
     int coll = ad_collective_on();
@@ -715,8 +717,9 @@ ad_status ad_checkpointed_loop(ad_step_fn step, void *ctx, size_t steps, size_t 
         return AD_OK;
     ad_tape *t = ad_recording();
     /* collective (collective.h): recorded on every process, active or not,
-     * as its replays may communicate */
-    int active = ad_collective_on() || ad_any_active(n, state0) || ad_any_active(np, params);
+     * as its replays may communicate; not in a guard, which no sweep takes */
+    int active = (ad_collective_on() && t && !(t->traits & AD_GUARD_TAPE)) ||
+                 ad_any_active(n, state0) || ad_any_active(np, params);
     if (!t || !active || steps == 0) {
         if (steps == 0) {
             if (t && !(ad_reals_mine(t, n, state0) && ad_reals_mine(t, np, params)))

@@ -19,6 +19,11 @@
  * pass that skips a record its seeds do not reach, no checked sweep. */
 enum { AD_COLLECTIVE_TAPE = 32 };
 
+/* The trait of a checkpointed loop's guard (loop.c, run_plain): a
+ * recording that keeps nothing and is never swept, inside which a loop
+ * need not be recorded for the sweeps' sake. */
+enum { AD_GUARD_TAPE = 64 };
+
 AD_HIDDEN ad_status ad_agree(ad_status s);
 /* Whether the calling thread has a hook set. */
 AD_HIDDEN int ad_collective_on(void);

@@ -461,7 +461,8 @@ static void drv_sparse_hessian(check_ctx *c)
     const prog *p = c->p;
     double fx, *g = dalloc(p->n);
     ad_csr H;
-    ad_status want = c->ext_nojvp || c->nod2f ? AD_ENOTSUP : AD_OK;  /* an external without hvp, a map without d2f */
+    /* an external without hvp, a map without d2f; a collective record (docs/api.md) */
+    ad_status want = c->ext_nojvp || c->nod2f || c->coll ? AD_ENOTSUP : AD_OK;
     c->allow_over = second_over(c, 0);
     ad_status got = ad_sparse_hessian(fuzz_objective, (void *)c->run, (size_t)p->n, p->x, &fx, g, &H);
     if (status(c, "ad_sparse_hessian", got, want)) {
@@ -537,6 +538,8 @@ static void recorded_externals(check_ctx *c)
             c->ext = 1;
             c->ext_nojvp |= in->sub;
         }
+        if (in->op == OP_COLLECTIVE)  /* recorded whatever it reads, no output needed */
+            c->ext = c->coll = 1;
         /* a map by the user's function without d2f, recorded (docs/api.md,
          * ad_mat_map_fn): ad_hvp, ad_hessian, ad_sparse_hessian refuse it */
         if (insn_map_op(in) == MAP_USER_NOD2F && in->nout > 0 && c->L.recd[in->out + in->nout - 1])
@@ -1211,6 +1214,8 @@ void check_program(const prog *run, report *r)
     drv_hessian(&c, rows[3]);
     drv_sparse_hessian(&c);
     cross_hessians(&c);
+    if (hook_this)
+        hook_checks(&c);
     if (program_this)
         program_checks(&c);
     zero_signs(&c, rows, c.ext_nojvp || c.nod2f ? 2 : 4, s0_has, s0);

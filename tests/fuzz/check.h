@@ -17,6 +17,7 @@ typedef struct failure {
 #define FUZZ_KEEP 16
 #define CROSS_COUNTS 13
 #define PROG_COUNTS 12
+#define HOOK_COUNTS 24
 
 typedef struct report {
     int nfail, nunknown;            /* failures, and those of no known class */
@@ -35,6 +36,7 @@ typedef struct report {
                                        where the oracle bounds no difference (out of an
                                        unscaled sweep's range, a class it does not predict) */
     long prog[PROG_COUNTS];         /* programs.c's counts (programs_summary) */
+    long hook[HOOK_COUNTS];         /* cross.c's collective-hook counts (hook_summary) */
 } report;
 
 void check_program(const prog *p, report *r);
@@ -52,6 +54,11 @@ const char *known_why(int k);
 /* cross.c: ad_hessian against ad_sparse_hessian, and ad_sparse_hessian_values */
 void cross_hessians(check_ctx *c);
 void cross_summary(const long *counts);
+/* cross.c: every driver with a trivial ad_set_collective hook against none */
+void hook_checks(check_ctx *c);
+void hook_summary(const long *counts);
+extern int hook_every;  /* --hook N: the seeds divisible by N (0: none; default 2) */
+extern int hook_this;   /* this program's seed is one of them (main.c sets it) */
 
 /* programs.c: recorded programs (ad_program_record), replayed at x and near it */
 void program_checks(check_ctx *c);

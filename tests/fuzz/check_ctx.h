@@ -32,6 +32,11 @@ struct check_ctx {
     pass *fe, *re;       /* forward passes seeded with e_i, reverse with e_j */
     pass fv, rw;         /* seeded with v, with w */
     int ext, ext_nojvp;
+    int hook_loop_in_step;  /* cross.c hook_checks: run has a loop in a loop's step */
+    int hook_const_loop;  /* run has a loop of constant arguments (or a loop in a step) */
+    int hook_interp;     /* an interpreter error (a loop's status) under the hook */
+    int coll;            /* a recorded ad_external_collective (OP_COLLECTIVE): the
+                            recording is collective, its sweeps run once, in full */
     int nod2f;           /* a recorded ad_mat_map_fn without d2f: second order is AD_ENOTSUP */
     int jac_forward;     /* ad_jacobian sweeps forward */
     int over_first;      /* some first-order entry is outside a double sweep's range */

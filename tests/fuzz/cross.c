@@ -607,8 +607,9 @@ void cross_hessians(check_ctx *c)
 {
     const prog *p = c->p;
     int n = p->n;
-    if (c->ext_nojvp || c->nod2f)
-        return;  /* ad_hessian refuses a recorded external without hvp, a map without d2f (AD_ENOTSUP) */
+    if (c->ext_nojvp || c->nod2f || c->coll)
+        return;  /* ad_hessian refuses a recorded external without hvp, a map without d2f
+                    (AD_ENOTSUP); ad_sparse_hessian a collective record (AD_ENOTSUP) */
     double fd, fs, *gd = dalloc(n), *gs = dalloc(n), *D = dalloc(n * n);
     ad_csr S;
     ad_status sd = ad_hessian(fuzz_objective, (void *)c->drive, (size_t)n, p->x, &fd, gd, D);
@@ -668,4 +669,319 @@ void cross_summary(const long *t)
            t[X_PROGRAMS], t[X_VALUES], t[X_BEYOND], t[X_UNBOUNDED], t[X_STRUCTURE], t[X_OVER_DENSE],
            t[X_OVER_SPARSE], t[X_KEPT], t[X_BITS], t[X_MOVED], t[X_LOOPS], t[X_LOOP_PAIRS],
            t[X_LOOP_OVER]);
+}
+
+/* ---- collective recordings: every driver with a trivial agreement hook
+ * (ad_set_collective, agree returning the local status) against the same
+ * driver without one (README.md, "Collective recordings") ---- */
+
+/* counts, in the report's hook[] */
+enum { H_PROGRAMS, H_CALLS, H_SAME, H_NONFINITE, H_NONFINITE_DIFF, H_AGREE, H_COLL_PROGRAMS,
+       H_NEST_VALUE, H_RECOVERED, H_ENOTSUP_BY };
+
+int hook_every = 2;  /* --hook N: the seeds divisible by N (0: none; default 2) */
+int hook_this;
+
+typedef struct agree_count { long calls; } agree_count;
+
+static ad_status agree_local(void *ctx, ad_status local)
+{
+    ((agree_count *)ctx)->calls++;
+    return local;
+}
+
+/* One driver's results: status, its values (fx, y) and derivatives. */
+typedef struct hres {
+    ad_status s;
+    int nv, nd;
+    double *v, *d;
+} hres;
+
+#define HOOK_DRIVERS 11
+static const char *const hook_names[HOOK_DRIVERS] = {
+    "ad_gradient", "ad_vjp", "ad_jvp", "ad_jacobian", "ad_linearize", "ad_sparse_jacobian",
+    "ad_hvp", "ad_hessian", "ad_sparse_hessian", "ad_hvps", "ad_linear_jvps"};
+
+static void csr_into(const ad_csr *S, double *d, int n, int cap)
+{
+    /* rows, then row pointers, columns and values, as doubles */
+    int k = 0;
+    d[k++] = (double)S->nnz;
+    for (int i = 0; i <= n && k < cap; i++)
+        d[k++] = (double)S->row_ptr[i];
+    for (size_t e = 0; e < S->nnz && k < cap; e++)
+        d[k++] = (double)S->col[e];
+    for (size_t e = 0; e < S->nnz && k < cap; e++)
+        d[k++] = S->val[e];
+}
+
+/* Driver dr on run at its point into r (r->v, r->d allocated here). */
+static void hook_run(const prog *run, int dr, hres *r)
+{
+    int n = run->n, m = run->m;
+    size_t N = (size_t)n, M = (size_t)m;
+    void *ctx = (void *)run;
+    int K = 3;  /* ad_hvps' and ad_linear_jvps' lanes */
+    r->nv = dr == 0 || (dr >= 6 && dr != 10) ? 1 : m;
+    int cap = n * m + 2 * n + 2 * m + n * n + K * n + K * m + 8;
+    r->v = dalloc(r->nv);
+    r->d = dalloc(cap + 2 * n * n + n + 2);
+    r->nd = 0;
+    double *V = dalloc(K * n);
+    for (int l = 0; l < K; l++)
+        for (int i = 0; i < n; i++)
+            V[l * n + i] = run->v[i] * (l == 0 ? 1.0 : l == 1 ? -0.5 : (i == l % (n ? n : 1) ? 1.0 : 0.0));
+    switch (dr) {
+    case 0: r->s = ad_gradient(fuzz_objective, ctx, N, run->x, r->v, r->d); r->nd = n; break;
+    case 1: r->s = ad_vjp(fuzz_function, ctx, N, run->x, M, run->w, r->v, r->d); r->nd = n; break;
+    case 2: r->s = ad_jvp(fuzz_function, ctx, N, run->x, run->v, M, r->v, r->d); r->nd = m; break;
+    case 3: r->s = ad_jacobian(fuzz_function, ctx, N, run->x, M, r->v, r->d); r->nd = n * m; break;
+    case 4: case 10: {
+        ad_linear *L = NULL;
+        r->s = ad_linearize(fuzz_function, ctx, N, run->x, M, r->v, &L);
+        if (r->s == AD_OK) {
+            ad_status a, b;
+            if (dr == 4) {
+                a = ad_linear_jvp(L, run->v, r->d);
+                b = ad_linear_vjp(L, run->w, r->d + m);
+                r->nd = m + n;
+            } else {
+                a = ad_linear_jvps(L, (size_t)K, V, r->d);
+                double *W = dalloc(K * m);
+                for (int l = 0; l < K * m; l++)
+                    W[l] = run->w[l % (m ? m : 1)] * (l < m ? 1.0 : -0.25 * (l / (m ? m : 1)));
+                b = ad_linear_vjps(L, (size_t)K, W, r->d + K * m);
+                free(W);
+                r->nd = K * m + K * n;
+            }
+            r->s = a != AD_OK ? a : b;
+        }
+        ad_linear_free(L);
+        break;
+    }
+    case 5: {
+        ad_csr S;
+        memset(&S, 0, sizeof S);
+        r->s = ad_sparse_jacobian(fuzz_function, ctx, N, run->x, M, r->v, &S);
+        if (r->s == AD_OK) {
+            r->nd = 1 + (m + 1) + 2 * (int)S.nnz;
+            free(r->d);
+            r->d = dalloc(r->nd);
+            csr_into(&S, r->d, m, r->nd);
+            ad_csr_free(&S);
+        }
+        break;
+    }
+    case 6: r->s = ad_hvp(fuzz_objective, ctx, N, run->x, run->v, r->v, r->d, r->d + n); r->nd = 2 * n; break;
+    case 7: r->s = ad_hessian(fuzz_objective, ctx, N, run->x, r->v, r->d, r->d + n); r->nd = n + n * n; break;
+    case 8: {
+        ad_csr S;
+        memset(&S, 0, sizeof S);
+        double *g = dalloc(n);
+        r->s = ad_sparse_hessian(fuzz_objective, ctx, N, run->x, r->v, g, &S);
+        if (r->s == AD_OK) {
+            r->nd = n + 1 + (n + 1) + 2 * (int)S.nnz;
+            free(r->d);
+            r->d = dalloc(r->nd);
+            memcpy(r->d, g, N * sizeof *g);
+            csr_into(&S, r->d + n, n, r->nd - n);
+            ad_csr_free(&S);
+        }
+        free(g);
+        break;
+    }
+    case 9: r->s = ad_hvps(fuzz_objective, ctx, N, run->x, (size_t)K, V, r->v, r->d, r->d + n); r->nd = n + K * n; break;
+    default: abort();
+    }
+    free(V);
+}
+
+static int all_finite(const double *a, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!isfinite(a[i]))
+            return 0;
+    return 1;
+}
+
+static int has_op(const prog *p, int op)
+{
+    for (int j = 0; j < p->ncode; j++)
+        if (p->code[j].op == op)
+            return 1;
+    return 0;
+}
+
+/* A loop whose step (at any depth) runs a loop. */
+static int loop_in_step(const prog *p, int inside)
+{
+    for (int j = 0; j < p->ncode; j++)
+        if (p->code[j].op == OP_LOOP &&
+            (inside || loop_in_step(&p->subs[p->code[j].sub], 1)))
+            return 1;
+    return 0;
+}
+
+/* A hook failure, its class asked of known.c (hook-* classes). */
+static void hfail(check_ctx *c, const char *driver, const char *kind, int i, int j, double got, ld want)
+{
+    failure f = {driver, kind, i, j, got, want, 0, NULL};
+    cfail(c, driver, kind, i, j, got, want, 0, known_defect(c, &f));
+}
+
+/* f's nested derivatives (OP_NEST's ad_gradient, OP_NESTR's ad_gradient_r,
+ * ad_jvp_r) are recordings of their own, collective under the hook: where
+ * the one pass leaves a result not finite that the passes after it made
+ * finite without the hook, the node's outputs differ, and so may f's
+ * values.  1 if some node's outputs so differ; a node whose outputs
+ * differ though the hook's are finite fails (hook-nested-bits). */
+static int hook_nested(check_ctx *c)
+{
+    const prog *run = c->run;
+    if (!has_op(run, OP_NEST) && !has_op(run, OP_NESTR))
+        return 0;
+    double *va = dalloc(run->nslots), *vb = dalloc(run->nslots);
+    ad_status sa = run_recorded(run, run->x, va, NULL);
+    ad_collective h = {agree_local, &(agree_count){0}};
+    ad_collective old = ad_set_collective(&h);
+    int before = fuzz_interp_errors;
+    ad_status sb = run_recorded(run, run->x, vb, NULL);
+    ad_set_collective(old.agree ? &old : NULL);
+    if (fuzz_interp_errors != before) {  /* a loop's status: the drivers' runs tell it */
+        c->hook_interp = 1;
+        fuzz_interp_errors = before;
+    }
+    int moved = sa != sb;
+    for (int j = 0; j < run->ncode; j++) {
+        const insn *in = &run->code[j];
+        if (in->op != OP_NEST && in->op != OP_NESTR)
+            continue;
+        int differ = 0, fin = 1;
+        for (int i = 0; i < prog_nargs(in); i++)  /* an argument moved: so may the node */
+            fin &= same_bits(va[run->args[in->arg + i]], vb[run->args[in->arg + i]]);
+        for (int o = in->out; o < in->out + in->nout; o++) {
+            differ |= !same_bits(va[o], vb[o]);
+            fin &= isfinite(vb[o]) != 0;
+        }
+        if (differ && fin)
+            hfail(c, "ad_gradient_r", "hook-nested-bits", j, -1, 0, 0);
+        moved |= differ;
+    }
+    free(va), free(vb);
+    return moved;
+}
+
+void hook_checks(check_ctx *c)
+{
+    const prog *run = c->run;
+    report *R = c->r;
+    R->hook[H_PROGRAMS]++;
+    R->hook[H_COLL_PROGRAMS] += c->coll;
+    c->hook_loop_in_step = loop_in_step(run, 0);
+    /* a loop of constant arguments (without the hook): recorded with it */
+    if (has_op(run, OP_LOOP)) {
+        double *va = dalloc(run->nslots);
+        unsigned char *act = calloc((size_t)run->nslots + 1, 1);
+        int before = fuzz_interp_errors;
+        if (run_recorded(run, run->x, va, act) == AD_OK)
+            for (int j = 0; j < run->ncode; j++) {
+                const insn *in = &run->code[j];
+                int any = 0;
+                for (int i = 0; in->op == OP_LOOP && i < prog_nargs(in); i++)
+                    any |= act[run->args[in->arg + i]];
+                c->hook_const_loop |= in->op == OP_LOOP && in->steps > 0 && !any;
+            }
+        fuzz_interp_errors = before;  /* check.c counts the drivers' */
+        free(va), free(act);
+    }
+    c->hook_const_loop |= c->hook_loop_in_step;
+    int nest = hook_nested(c);
+    for (int dr = 0; dr < HOOK_DRIVERS; dr++) {
+        hres a, b;
+        hook_run(run, dr, &a);
+        agree_count cnt = {0};
+        ad_collective h = {agree_local, &cnt};
+        ad_collective old = ad_set_collective(&h);
+        int before = fuzz_interp_errors;
+        hook_run(run, dr, &b);
+        ad_collective back = ad_set_collective(old.agree ? &old : NULL);
+        if (fuzz_interp_errors != before) {  /* the hook's alone: check.c counts the others */
+            c->hook_interp = 1;
+            hfail(c, hook_names[dr], "hook-interp", -1, -1, fuzz_interp_errors - before, 0);
+            fuzz_interp_errors = before;
+        }
+        if (back.agree != agree_local || back.ctx != &cnt)
+            hfail(c, hook_names[dr], "hook-set", -1, -1, 0, 0);
+        R->hook[H_CALLS]++;
+        R->hook[H_AGREE] += cnt.calls;
+        /* begun and ended: a recording, agreed on twice at least */
+        if (cnt.calls < 2)
+            hfail(c, hook_names[dr], "hook-agree", -1, -1, (double)cnt.calls, 2);
+        /* One pass with the hook, the no-hook passes after it only where
+         * it was not all finite (seeded.h): where the hook's results are
+         * finite, the same bits; elsewhere (documented: no pass again, an
+         * overflow is left Inf or NaN) counted, by what the passes after
+         * the first made of it without the hook. */
+        int fin_a = a.s == AD_OK && all_finite(a.d, a.nd);
+        int fin_b = b.s == AD_OK && all_finite(b.d, b.nd);
+        int vsame = 1, dsame = a.nd == b.nd;
+        for (int j = 0; j < a.nv; j++)
+            vsame &= same_bits(a.v[j], b.v[j]);
+        for (int i = 0; dsame && i < a.nd; i++)
+            dsame &= same_bits(a.d[i], b.d[i]);
+        int same = a.s == b.s && vsame && dsame;
+        /* with a collective record, the recording is collective either way:
+         * the same, finite or not; a nested ad_gradient's constant
+         * (OP_NEST) is the exception, its recording collective only with
+         * the hook */
+        int strict = fin_b || (c->coll && !nest);
+        if (same) {
+            R->hook[H_SAME]++;
+        } else if (nest && !vsame) {
+            R->hook[H_NEST_VALUE]++;
+        } else if (!strict) {
+            R->hook[fin_a ? H_RECOVERED : H_NONFINITE_DIFF]++;
+            if (a.s == AD_OK && b.s == AD_OK && !vsame)  /* values are the recording's, not a sweep's */
+                for (int j = 0; j < a.nv; j++)
+                    if (!same_bits(a.v[j], b.v[j]))
+                        hfail(c, hook_names[dr], "hook-value-bits", -1, j, b.v[j], a.v[j]);
+        } else if (a.s != b.s) {
+            hfail(c, hook_names[dr], "hook-status", (int)a.s, -1, (double)b.s, a.s);
+        } else if (a.nd != b.nd) {
+            hfail(c, hook_names[dr], "hook-length", -1, -1, (double)b.nd, a.nd);
+        } else {
+            for (int j = 0; j < a.nv; j++)
+                if (!same_bits(a.v[j], b.v[j]))
+                    hfail(c, hook_names[dr], "hook-value-bits", -1, j, b.v[j], a.v[j]);
+            for (int i = 0; i < a.nd; i++)
+                if (!same_bits(a.d[i], b.d[i]))
+                    hfail(c, hook_names[dr], "hook-bits", i, -1, b.d[i], a.d[i]);
+        }
+        R->hook[H_NONFINITE] += !fin_b;
+        if (!same && getenv("FUZZ_DEBUG"))  /* what the hook changed, counted or not */
+            fprintf(stderr, "hook: %s status %d -> %d, values %s, derivatives %s (%s)\n", hook_names[dr],
+                    (int)a.s, (int)b.s, vsame ? "same" : "differ", dsame ? "same" : "differ",
+                    fin_b ? "finite with the hook" : fin_a ? "finite without the hook only" : "not finite");
+        if (b.s == AD_ENOTSUP && a.s != AD_ENOTSUP)
+            R->hook[H_ENOTSUP_BY + dr]++;
+        free(a.v), free(a.d), free(b.v), free(b.d);
+    }
+}
+
+void hook_summary(const long *t)
+{
+    if (!t[H_PROGRAMS])
+        return;
+    printf("fuzz: collective hook: %ld programs (%ld with a collective record), %ld driver calls "
+           "with and without a trivial hook (%ld agree calls), %ld the same bits; %ld not all "
+           "finite with the hook (one pass), of which differ: %ld finite without it (its passes "
+           "after the first), %ld not finite either way; %ld whose values a nested ad_gradient's "
+           "constant changed; AD_ENOTSUP with the hook only:",
+           t[H_PROGRAMS], t[H_COLL_PROGRAMS], t[H_CALLS], t[H_AGREE], t[H_SAME], t[H_NONFINITE],
+           t[H_RECOVERED], t[H_NONFINITE_DIFF], t[H_NEST_VALUE]);
+    int any = 0;
+    for (int d = 0; d < HOOK_DRIVERS; d++)
+        if (t[H_ENOTSUP_BY + d])
+            printf(" %s %ld", hook_names[d], t[H_ENOTSUP_BY + d]), any = 1;
+    printf("%s\n", any ? "" : " none");
 }

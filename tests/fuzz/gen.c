@@ -29,6 +29,10 @@
  * holds recorded-matrix products and maps (ad_mat_mul, ad_mat_map; gen_mat),
  * from a stream of their own, beside the instructions it has without them. */
 #define MAT_SHARE 4
+/* Of the programs without loops and nested derivatives, one in COLL_SHARE
+ * holds ad_external_collective nodes (gen_coll), from a stream of their
+ * own, beside the instructions it has without them. */
+#define COLL_SHARE 5
 
 uint64_t rng_next(rng *r)
 {
@@ -461,6 +465,41 @@ static void gen_mat(gen *g, rng *mr)
     free(ids);
 }
 
+/* ---- ad_external_collective (OP_COLLECTIVE) ---- */
+
+/* A node of 0 to 4 arguments and 0 to 3 outputs (a node of none is still
+ * a record, and makes the recording collective), its coefficient in the
+ * ctx the library copies; one in three reads only constants (fresh
+ * ones, or the program's), which ad_external would not record.  Every
+ * choice comes from cr, the nodes' own stream. */
+static void gen_coll(gen *g, rng *cr)
+{
+    prog *p = g->p;
+    insn in = blank(OP_COLLECTIVE);
+    in.len = rng_int(cr, 5);
+    in.rows = rng_int(cr, 4);
+    static const double ks[] = {1.5, -0.75, 2.0, 0.3125, -3.0};
+    in.k = ks[rng_int(cr, 5)];
+    int consts = rng_int(cr, 3) == 0;
+    int *ids = malloc(((size_t)in.len + 1) * sizeof *ids);
+    for (int i = 0; i < in.len; i++) {
+        if (consts) {
+            insn c = blank(OP_CONST);
+            c.k = g->tame ? 4.0 * rng_unit(cr) - 2.0 : gen_input(cr);
+            ids[i] = append(g, c);
+        } else {
+            int ns = p->nslots;
+            ids[i] = rng_int(cr, 2) ? ns - 1 - rng_int(cr, ns < 4 ? ns : 4) : rng_int(cr, ns);
+        }
+    }
+    in.arg = p->nargs;
+    for (int i = 0; i < in.len; i++)
+        push_arg(g, ids[i]);
+    in.nout = in.rows;
+    append(g, in);
+    free(ids);
+}
+
 /* ---- nested derivatives (OP_NESTR) ---- */
 
 static void gen_nestr(gen *g);
@@ -738,6 +777,8 @@ void gen_program(prog *p, uint64_t seed, int size_hint)
     int guards = !depth && !loops && !nests && rng_int(&gr, GUARD_SHARE) == 0;
     rng mr = {seed ^ 0x9b05688c2b3e6c1fU};
     int mats = !depth && !loops && !nests && rng_int(&mr, MAT_SHARE) == 0;
+    rng cr = {seed ^ 0x1f83d9abfb41bd6bU};
+    int colls = !depth && !loops && !nests && rng_int(&cr, COLL_SHARE) == 0;
     if (nests && rng_int(&nr, 4) != 0)
         g.tame = 1;
     int shape = rng_int(&g.r, 10);
@@ -764,7 +805,14 @@ void gen_program(prog *p, uint64_t seed, int size_hint)
     int first_nest = rng_int(&nr, count), nnests = 0;
     int first_guard = rng_int(&gr, count), nguards = 0, guard_at = -1;
     int first_mat = rng_int(&mr, count), nmats = 0, mat_at = -1;
+    int first_coll = rng_int(&cr, count), ncolls = 0, coll_at = -1;
     for (int i = 0; i < count; i++) {
+        if (colls && ncolls < 3 && (i == first_coll || rng_int(&cr, 8) == 0)) {
+            gen_coll(&g, &cr);
+            ncolls++;
+            if (coll_at < 0 && p->code[p->ncode - 1].nout)
+                coll_at = p->code[p->ncode - 1].out;
+        }
         if (mats && nmats < 4 && (i == first_mat || rng_int(&mr, 8) == 0)) {
             gen_mat(&g, &mr);
             if (!nmats++)
@@ -819,6 +867,10 @@ void gen_program(prog *p, uint64_t seed, int size_hint)
     for (int j = 0; mat_at >= 0 && j < p->m; j++)
         if (rng_int(&mr, 2))
             p->outs[j] = mat_at + rng_int(&mr, p->nslots - mat_at);
+    /* A program with collective nodes: half its outputs made at or after the first */
+    for (int j = 0; coll_at >= 0 && j < p->m; j++)
+        if (rng_int(&cr, 2))
+            p->outs[j] = coll_at + rng_int(&cr, p->nslots - coll_at);
     /* Directions and weights: nonzero, so that every input and output is
      * seeded; edge programs sometimes scale them far out. */
     for (int i = 0; i < p->n; i++)

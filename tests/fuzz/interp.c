@@ -92,6 +92,64 @@ static void ext_hvp(void *ctx, size_t n, const double *x, size_t m, const double
 const ad_rule fuzz_rule_jvp = {ext_primal, ext_vjp, ext_jvp, ext_hvp};
 const ad_rule fuzz_rule_nojvp = {ext_primal, ext_vjp, NULL, NULL};
 
+/* ---- OP_COLLECTIVE (ad_external_collective): the external's function
+ * with the coefficient s of a ctx the library copies into the record (the
+ * caller's is overwritten once the call returns, so that a rule reading
+ * it, not the copy, shows), y_j = s (j + 1) where n is 0.  A rule that
+ * finds the ctx's tag wrong counts an interpreter error. ---- */
+#define COLL_TAG 0x5eed5eedu
+typedef struct coll_ctx { double s; unsigned tag; } coll_ctx;
+
+static double coll_scale(void *ctx)
+{
+    const coll_ctx *k = ctx;
+    if (k->tag != COLL_TAG) {
+        fuzz_interp_errors++;
+        return NAN;
+    }
+    return k->s;
+}
+
+static void coll_primal(void *ctx, size_t n, const double *x, size_t m, double *y)
+{
+    double sc = coll_scale(ctx);
+    if (n == 0) {
+        for (size_t j = 0; j < m; j++)
+            y[j] = sc * (double)(j + 1);
+        return;
+    }
+    ext_primal(&sc, n, x, m, y);
+}
+
+static void coll_vjp(void *ctx, size_t n, const double *x, size_t m, const double *y,
+                     const double *ybar, double *xbar)
+{
+    double sc = coll_scale(ctx);
+    if (n)
+        ext_vjp(&sc, n, x, m, y, ybar, xbar);
+}
+
+static void coll_jvp(void *ctx, size_t n, const double *x, size_t m, const double *y,
+                     const double *xdot, double *ydot)
+{
+    double sc = coll_scale(ctx);
+    if (n)
+        ext_jvp(&sc, n, x, m, y, xdot, ydot);
+    else
+        for (size_t j = 0; j < m; j++)
+            ydot[j] = 0;
+}
+
+static void coll_hvp(void *ctx, size_t n, const double *x, size_t m, const double *y,
+                     const double *ybar, const double *xdot, double *out)
+{
+    double sc = coll_scale(ctx);
+    if (n)
+        ext_hvp(&sc, n, x, m, y, ybar, xdot, out);
+}
+
+const ad_rule fuzz_rule_coll = {coll_primal, coll_vjp, coll_jvp, coll_hvp};
+
 /* ---- nested gradients: the result is a constant of the outer program ---- */
 
 static double nest_value(const prog *p, const insn *in, const double *vals)
@@ -303,6 +361,23 @@ static void external_r(const ad_rule *rule, int n, const ad_real *x, int m, ad_r
         fuzz_interp_errors++;
 }
 
+static void collective_d(const insn *in, int n, const double *x, int m, double *y)
+{
+    coll_ctx k = {in->k, COLL_TAG};
+    coll_primal(&k, (size_t)n, x, (size_t)m, y);
+}
+
+static void collective_r(const insn *in, int n, const ad_real *x, int m, ad_real *y)
+{
+    coll_ctx k = {in->k, COLL_TAG};
+    if (ad_external_collective(&fuzz_rule_coll, &k, sizeof k, 1, (size_t)n, x, (size_t)m, y) != AD_OK)
+        fuzz_interp_errors++;
+    /* the record has its own copy */
+    volatile coll_ctx *kv = &k;
+    kv->s = NAN;
+    kv->tag = 0;
+}
+
 #define T double
 #define RUN run_d
 #define unary unary_d
@@ -312,6 +387,7 @@ static void external_r(const ad_rule *rule, int n, const ad_real *x, int m, ad_r
 #define nest_value nest_value_d
 #define MATVEC_RR ad_matvec_d
 #define EXTERNAL external_d
+#define COLLECTIVE collective_d
 #define LOOP loop_d
 #define NESTR nestr_d
 #define NESTOUT nestout_d
@@ -334,6 +410,7 @@ static void external_r(const ad_rule *rule, int n, const ad_real *x, int m, ad_r
 #undef nest_value
 #undef MATVEC_RR
 #undef EXTERNAL
+#undef COLLECTIVE
 
 #define T ad_real
 #define RUN run_r
@@ -341,6 +418,7 @@ static void external_r(const ad_rule *rule, int n, const ad_real *x, int m, ad_r
 #define nest_value nest_value_r
 #define MATVEC_RR ad_matvec_rr
 #define EXTERNAL external_r
+#define COLLECTIVE collective_r
 #define LOOP loop_r
 #define NESTR nestr_r
 #define NESTOUT nestout_r

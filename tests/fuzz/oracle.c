@@ -615,8 +615,11 @@ static void matsq_edges(lin *L, const int *A, int shape, int R, int C, const int
 static void ext_edges(lin *L, const insn *in, int j)
 {
     const int *g = L->p->args + in->arg;
-    int n = in->len, a = j % n, b = (j + 1) % n, c = (j + 2) % n;
-    ld s = fuzz_ext_scale;
+    int n = in->len;
+    if (n == 0)  /* OP_COLLECTIVE of no arguments: y_j = k (j + 1), a record of no partials */
+        return;
+    int a = j % n, b = (j + 1) % n, c = (j + 2) % n;
+    ld s = in->op == OP_COLLECTIVE ? (ld)in->k : (ld)fuzz_ext_scale;
     ld pa = s * L->val[g[b]], pb = s * L->val[g[a]], pc = cosl((ld)L->val[g[c]]);
     int first = L->ne;
     int ka = edge_add(L, g[a], pa, U1 * EPS * fabsl(pa));
@@ -862,7 +865,7 @@ static void array_edges(lin *L, const insn *in, int s, int n2nd)
         matsq_edges(L, g, mat_shape(L, g, R, n), R, n, in->mode == 1 ? NULL : g + R * n,
                     in->mode == 1 ? c : NULL);
         break;
-    case OP_EXTERNAL: ext_edges(L, in, o); break;
+    case OP_EXTERNAL: case OP_COLLECTIVE: ext_edges(L, in, o); break;
     case OP_MAT_MUL: matmul_edges(L, in, o); break;
     case OP_MAT_MAP: map_edge(L, in->sub, g[o], s); break;
     default: abort();
@@ -914,6 +917,14 @@ static void mark_recorded(lin *L, const insn *in)
         for (int i = 0; in->steps > 0 && i < in->len; i++)
             any |= L->recd[L->p->args[in->arg + i]];
         L->recd[in->out] = L->active[in->out] || L->recd[in->a] || any;
+        return;
+    }
+    if (in->op == OP_COLLECTIVE) {  /* active set: recorded, whatever it reads */
+        for (int s = in->out; s < in->out + in->nout; s++) {
+            L->recd[s] = 1;
+            if (!L->active[s])  /* a phantom record: its structure is what it reads */
+                L->smask[s] |= args_smask(L, in, s - in->out);
+        }
         return;
     }
     if (in->op == OP_NESTIN || in->op == OP_NESTOUT) {  /* copies */

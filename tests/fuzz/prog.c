@@ -15,7 +15,7 @@ static const char *const names[OP_COUNT] = {
     "acosh", "atanh", "fabs", "erf", "erfc", "lgamma", "tgamma", "add", "sub", "mul", "div",
     "pow", "atan2", "hypot", "fmin", "fmax", "ad_sum", "ad_dot", "ad_dot_rd", "ad_sqnorm",
     "ad_prod", "ad_logsumexp", "ad_matvec", "ad_matvec_rr", "ad_axpy", "ad_mat_vec",
-    "ad_mat_sqnorm", "ad_external", "ad_mat_mul", "ad_mat_map",
+    "ad_mat_sqnorm", "ad_external", "ad_mat_mul", "ad_mat_map", "ad_external_collective",
 };
 
 const char *op_name(int op) { return op >= 0 && op < OP_COUNT ? names[op] : "?"; }
@@ -109,6 +109,14 @@ int prog_has_external(const prog *p, int *without_jvp)
     return any;
 }
 
+int prog_has_collective(const prog *p)
+{
+    for (int j = 0; j < p->ncode; j++)
+        if (p->code[j].op == OP_COLLECTIVE)
+            return 1;
+    return 0;
+}
+
 int prog_has_nestr(const prog *p)
 {
     for (int j = 0; j < p->ncode; j++)
@@ -148,7 +156,7 @@ static int nargs_of(const insn *in)
     }
     case OP_MAT_MAP: return R * L;
     case OP_SUM: case OP_DOT_RD: case OP_SQNORM: case OP_PROD: case OP_LSE: case OP_MATVEC:
-    case OP_EXTERNAL: case OP_NEST: return L;
+    case OP_EXTERNAL: case OP_NEST: case OP_COLLECTIVE: return L;
     case OP_NESTR: return in->mode ? 2 * L : L;
     default: return 0;
     }
@@ -231,6 +239,8 @@ static void print_insn(const prog *p, const insn *in, FILE *out, const char *ind
             fprintf(out, " a=%.17g", in->k);
         if (in->op == OP_EXTERNAL)
             fprintf(out, " %s", in->sub ? "(no jvp rule)" : "(with jvp rule)");
+        if (in->op == OP_COLLECTIVE)
+            fprintf(out, " k=%.17g (active, ctx copied)", in->k);
         if (in->op == OP_MAT_MUL) {
             static const char *const kinds[4] = {"recorded x recorded", "recorded x wrapped",
                                                  "wrapped x recorded", "A A"};

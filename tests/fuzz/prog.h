@@ -27,6 +27,8 @@ enum {
     OP_AXPY, OP_MAT_VEC, OP_MAT_SQNORM, OP_EXTERNAL,
     /* recorded-matrix products and maps (generated from a stream of their own) */
     OP_MAT_MUL, OP_MAT_MAP,
+    /* ad_external_collective (generated from a stream of its own) */
+    OP_COLLECTIVE,
     OP_COUNT
 };
 #define OP_FIRST_UNARY OP_NEG
@@ -79,7 +81,11 @@ enum {
  *             bias; consts: A's (2), B's (1), the bias.  Outputs C, then D
  *   MAT_MAP   C = map sub of A, A = args[arg..+rows*len) recorded (ad_mat_map):
  *             sub < AD_MAP_COUNT an ad_map_op, MAP_USER (MAP_USER_NOD2F) the
- *             user's function with (without) d2f; rows*len outputs */
+ *             user's function with (without) d2f; rows*len outputs
+ *   COLLECTIVE ad_external_collective, active set, x = args[arg..+len) (len >= 0, maybe all
+ *             constant), rows outputs (rows >= 0: a node of no outputs is a record too);
+ *             the rule's coefficient k, in a ctx copied into the record:
+ *             y_j = k x_a x_b + sin(x_c) as EXTERNAL's (len > 0), y_j = k (j + 1) (len 0) */
 typedef struct insn {
     int op, mode;
     int a, b, c, d;
@@ -177,7 +183,9 @@ extern long fuzz_step_evals;  /* step programs run on ad_real (the library's cal
 extern int fuzz_interp_errors;
 void fuzz_function(const ad_real *x, size_t n, ad_real *y, size_t m, void *ctx);
 ad_real fuzz_objective(const ad_real *x, size_t n, void *ctx);
-extern const ad_rule fuzz_rule_jvp, fuzz_rule_nojvp;
+extern const ad_rule fuzz_rule_jvp, fuzz_rule_nojvp, fuzz_rule_coll;
+/* A program holds an OP_COLLECTIVE (its recordings are collective ones). */
+int prog_has_collective(const prog *p);
 extern double fuzz_ext_scale;
 
 #endif

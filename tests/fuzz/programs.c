@@ -127,6 +127,8 @@ static int holds_block(const prog *run, const unsigned char *act)
                     return 1;
             continue;
         }
+        if (in->op == OP_COLLECTIVE)  /* recorded always (active set), refused by a program */
+            return 1;
         int block = in->op == OP_NESTR;
         for (int i = 0; block && i < prog_nargs(in); i++)
             if (act[run->args[in->arg + i]])

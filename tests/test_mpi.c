@@ -6,7 +6,14 @@
  *   - a term that fails in one rank's chunk (the same status everywhere,
  *     NaN outputs; the status ad_gradient_sum gives in one process),
  *   - bad arguments on one rank or all, sums that differ between ranks,
- *     nterms = 0, nterms smaller than the ranks, n = 0.
+ *     nterms = 0, nterms smaller than the ranks, n = 0,
+ *   - ad_mpi_sum_evaluator (the optimiser bridges in lockstep): its
+ *     functions against ad_gradient_sum and ad_hvp_sum; where meson finds
+ *     liblbfgs (TEST_MPI_LBFGS) and GSL (TEST_MPI_GSL), ad_lbfgs_minimize
+ *     and ad_gsl_minimize on a sum through it converge on every rank to
+ *     the bits of the one-process run, and a failing term (at the first
+ *     point, or later in the run) or ranks that start from different x
+ *     give the same status, point and evaluation count on every rank.
  * Every rank checks; the failures are added up and rank 0 prints each
  * failed check.  Exit status 0 only if every check passed on every rank. */
 #include <math.h>
@@ -17,6 +24,16 @@
 
 #include <dualrev.h>
 #include <dualrev/mpi.h>
+#ifdef TEST_MPI_LBFGS
+#include <lbfgs.h>
+
+#include <dualrev/lbfgs.h>
+#endif
+#ifdef TEST_MPI_GSL
+#include <gsl/gsl_multimin.h>
+
+#include <dualrev/gsl.h>
+#endif
 
 enum { N = 7, TERMS = 3001 };
 
@@ -320,6 +337,229 @@ static void check_arguments(MPI_Comm comm, int size)
     CHECK(same_bits(&f0, &fz, 1));
 }
 
+/* ---- the optimiser bridges over the ranks (ad_mpi_sum_evaluator) ---- */
+
+enum { BRIDGE_TERMS = 601 };
+
+/* logistic, but term fail_foreign fails only once x[0] has left X[0]: a
+ * failure in the middle of a run, after a successful first evaluation. */
+static ad_real logistic_later(size_t i, const ad_real *x, size_t n, void *ctx)
+{
+    static problem fine = {SIZE_MAX, SIZE_MAX};  /* read only */
+    return logistic(i, x, n, ad_value(x[0]) == X[0] ? &fine : ctx);
+}
+
+/* The same bits of n doubles on every rank of comm (rank 0's). */
+static int same_bits_everywhere(MPI_Comm comm, const double *a, size_t n)
+{
+    double b[N + 1];
+    int differ, any;
+    memcpy(b, a, n * sizeof *a);
+    MPI_Bcast(b, (int)n, MPI_DOUBLE, 0, comm);
+    differ = !same_bits(a, b, n);
+    MPI_Allreduce(&differ, &any, 1, MPI_INT, MPI_MAX, comm);
+    return !any;
+}
+
+/* The evaluator's functions: the MPI sums' bits, the same as the
+ * one-process sums' and the default (zero or NULL) evaluator's. */
+static void check_evaluator(MPI_Comm comm)
+{
+    problem p = {SIZE_MAX, SIZE_MAX};
+    ad_sum_evaluator e = ad_mpi_sum_evaluator(&comm), none, bad = ad_mpi_sum_evaluator(NULL);
+    memset(&none, 0, sizeof none);
+    double f0, g0[N], h0[N], f1, g1[N], h1[N];
+    CHECK(ad_hvp_sum(logistic, &p, TERMS, N, X, V, &f0, g0, h0, 1) == AD_OK);
+    for (unsigned th = 1; th <= 2; th++) {
+        CHECK(ad_sum_evaluator_gradient(&e, logistic, &p, TERMS, N, X, &f1, g1, th) == AD_OK);
+        CHECK(same_bits(&f0, &f1, 1) && same_bits(g0, g1, N));
+        CHECK(ad_sum_evaluator_hvp(&e, logistic, &p, TERMS, N, X, V, &f1, g1, h1, th) == AD_OK);
+        CHECK(same_bits(&f0, &f1, 1) && same_bits(g0, g1, N) && same_bits(h0, h1, N));
+        CHECK(ad_sum_evaluator_gradient(&none, logistic, &p, TERMS, N, X, &f1, g1, th) == AD_OK);
+        CHECK(same_bits(&f0, &f1, 1) && same_bits(g0, g1, N));
+        CHECK(ad_sum_evaluator_hvp(NULL, logistic, &p, TERMS, N, X, V, &f1, g1, h1, th) == AD_OK);
+        CHECK(same_bits(&f0, &f1, 1) && same_bits(g0, g1, N) && same_bits(h0, h1, N));
+    }
+    /* a failing term, in the last rank's chunks: the same status everywhere */
+    p.fail_foreign = TERMS - 3;
+    ad_status s = ad_sum_evaluator_gradient(&e, logistic, &p, TERMS, N, X, &f1, g1, 2);
+    CHECK(s == AD_EFOREIGN && same_everywhere(comm, s) && all_nan(&f1, 1) && all_nan(g1, N));
+    s = ad_sum_evaluator_hvp(&e, logistic, &p, TERMS, N, X, V, &f1, g1, h1, 2);
+    CHECK(s == AD_EFOREIGN && same_everywhere(comm, s) && all_nan(h1, N));
+    /* no communicator: AD_EINVAL at once, NaN */
+    CHECK(ad_sum_evaluator_gradient(&bad, logistic, &p, TERMS, N, X, &f1, g1, 1) == AD_EINVAL &&
+          all_nan(&f1, 1) && all_nan(g1, N));
+    CHECK(ad_sum_evaluator_hvp(&bad, logistic, &p, TERMS, N, X, V, &f1, g1, h1, 1) ==
+              AD_EINVAL &&
+          all_nan(h1, N));
+}
+
+#ifdef TEST_MPI_LBFGS
+typedef struct lbfgs_run {
+    ad_status s;
+    int ret;
+    unsigned long evaluations;
+    double fx, x[N];
+} lbfgs_run;
+
+/* ad_lbfgs_minimize on the sum from x0: in this process (comm NULL), or
+ * over comm's ranks through ad_mpi_sum_evaluator. */
+static lbfgs_run lbfgs_sum(MPI_Comm *comm, ad_term term, problem *p, const double *x0,
+                           unsigned threads)
+{
+    lbfgs_run r;
+    lbfgs_parameter_t param;
+    lbfgs_parameter_init(&param);
+    param.epsilon = 1e-8;
+    param.max_iterations = 500;
+    ad_lbfgs b = ad_lbfgs_of_sum(term, p, BRIDGE_TERMS, threads);
+    if (comm)
+        b.evaluator = ad_mpi_sum_evaluator(comm);
+    memcpy(r.x, x0, sizeof r.x);
+    r.fx = NAN;
+    r.s = ad_lbfgs_minimize(N, r.x, &r.fx, &b, &param, &r.ret);
+    r.evaluations = b.evaluations;
+    return r;
+}
+
+/* The run over the ranks is the one-process run: status, lbfgs's code,
+ * evaluations, x and fx, the same on every rank. */
+static int same_run(MPI_Comm comm, const lbfgs_run *a, const lbfgs_run *b)
+{
+    double ev[2] = {(double)a->evaluations, (double)a->ret};
+    return a->s == b->s && a->ret == b->ret && a->evaluations == b->evaluations &&
+           same_bits(&a->fx, &b->fx, 1) && same_bits(a->x, b->x, N) &&
+           same_everywhere(comm, a->s) && same_bits_everywhere(comm, ev, 2) &&
+           same_bits_everywhere(comm, a->x, N) && same_bits_everywhere(comm, &a->fx, 1);
+}
+
+static void check_lbfgs(MPI_Comm comm, int size)
+{
+    problem p = {SIZE_MAX, SIZE_MAX};
+    int me;
+    MPI_Comm_rank(comm, &me);
+    lbfgs_run one = lbfgs_sum(NULL, logistic, &p, X, 1);
+    CHECK(one.s == AD_OK && one.ret == LBFGS_SUCCESS && one.evaluations > 5);
+    for (unsigned th = 1; th <= 2; th++) {
+        lbfgs_run all = lbfgs_sum(&comm, logistic, &p, X, th);
+        CHECK(all.s == AD_OK && all.ret == LBFGS_SUCCESS);
+        CHECK(same_run(comm, &all, &one));
+    }
+    /* converged: the gradient at the optimum is small */
+    double f, g[N], gn = 0.0;
+    CHECK(ad_gradient_sum(logistic, &p, BRIDGE_TERMS, N, one.x, &f, g, 1) == AD_OK);
+    for (int j = 0; j < N; j++)
+        gn = fmax(gn, fabs(g[j]));
+    CHECK(gn < 1e-6 * (1.0 + fabs(f)));
+    /* a term that fails at the first point, in the last rank's chunks */
+    for (unsigned th = 1; th <= 2; th++) {
+        p.fail_foreign = BRIDGE_TERMS - 3;
+        one = lbfgs_sum(NULL, logistic, &p, X, 1);
+        lbfgs_run all = lbfgs_sum(&comm, logistic, &p, X, th);
+        CHECK(one.s == AD_EFOREIGN && one.evaluations == 1);
+        CHECK(same_run(comm, &all, &one));
+        /* the same term, once the run has left X: later, the same everywhere */
+        one = lbfgs_sum(NULL, logistic_later, &p, X, 1);
+        all = lbfgs_sum(&comm, logistic_later, &p, X, th);
+        CHECK(one.s == AD_EFOREIGN && one.evaluations >= 2);
+        CHECK(same_run(comm, &all, &one));
+        /* a term in the first rank's chunks (chunk 1) */
+        p.fail_foreign = 1;
+        one = lbfgs_sum(NULL, logistic_later, &p, X, 1);
+        all = lbfgs_sum(&comm, logistic_later, &p, X, th);
+        CHECK(one.s == AD_EFOREIGN && one.evaluations >= 2);
+        CHECK(same_run(comm, &all, &one));
+    }
+    /* ranks out of step (the last starts elsewhere): AD_EINVAL on every
+     * rank at the first evaluation, nobody left waiting */
+    if (size > 1) {
+        double x[N];
+        p.fail_foreign = SIZE_MAX;
+        memcpy(x, X, sizeof x);
+        if (me == size - 1)
+            x[2] = nextafter(x[2], 1.0);
+        lbfgs_run all = lbfgs_sum(&comm, logistic, &p, x, 2);
+        CHECK(all.s == AD_EINVAL && same_everywhere(comm, all.s) && all.evaluations == 1);
+    }
+    /* no communicator */
+    ad_lbfgs b = ad_lbfgs_of_sum(logistic, &p, BRIDGE_TERMS, 1);
+    b.evaluator = ad_mpi_sum_evaluator(NULL);
+    double x[N];
+    int ret;
+    memcpy(x, X, sizeof x);
+    CHECK(ad_lbfgs_minimize(N, x, &f, &b, NULL, &ret) == AD_EINVAL && b.evaluations == 1);
+}
+#endif
+
+#ifdef TEST_MPI_GSL
+typedef struct gsl_run {
+    ad_status s;
+    int code;
+    long iterations;
+    unsigned long evaluations;
+    double fx, x[N];
+} gsl_run;
+
+static gsl_run gsl_sum(MPI_Comm *comm, ad_term term, problem *p, unsigned threads)
+{
+    gsl_run r;
+    ad_gsl b;
+    memcpy(r.x, X, sizeof r.x);
+    r.fx = NAN;
+    r.s = ad_gsl_init_sum(&b, term, p, BRIDGE_TERMS, N, threads);
+    if (r.s != AD_OK)
+        return r;
+    if (comm)
+        b.evaluator = ad_mpi_sum_evaluator(comm);
+    r.s = ad_gsl_minimize(&b, gsl_multimin_fdfminimizer_vector_bfgs2, r.x, 0.01, 0.1, 1e-4, 500,
+                          &r.fx, &r.code);
+    r.iterations = b.iterations;
+    r.evaluations = b.evaluations;
+    ad_gsl_free(&b);
+    return r;
+}
+
+/* The run over the ranks, on 1 and 2 threads, is the one-process run:
+ * status, GSL's code, iterations, evaluations, x and fx, the same on every
+ * rank. */
+static void check_gsl_same(MPI_Comm comm, ad_term term, problem *p, const gsl_run *one)
+{
+    for (unsigned th = 1; th <= 2; th++) {
+        gsl_run all = gsl_sum(&comm, term, p, th);
+        double ev[3] = {(double)all.code, (double)all.iterations, (double)all.evaluations};
+        CHECK(all.s == one->s && all.code == one->code && all.iterations == one->iterations &&
+              all.evaluations == one->evaluations);
+        CHECK(same_bits(&all.fx, &one->fx, 1) && same_bits(all.x, one->x, N));
+        CHECK(same_everywhere(comm, all.s) && same_bits_everywhere(comm, ev, 3) &&
+              same_bits_everywhere(comm, all.x, N) && same_bits_everywhere(comm, &all.fx, 1));
+    }
+}
+
+static void check_gsl(MPI_Comm comm)
+{
+    problem p = {SIZE_MAX, SIZE_MAX};
+    gsl_run one = gsl_sum(NULL, logistic, &p, 1);
+    CHECK(one.s == AD_OK && one.code == GSL_SUCCESS && one.iterations > 2);
+    check_gsl_same(comm, logistic, &p, &one);
+    /* a term (in the last rank's chunks) that fails once the run has left X */
+    p.fail_foreign = BRIDGE_TERMS - 3;
+    one = gsl_sum(NULL, logistic_later, &p, 1);
+    CHECK(one.s == AD_EFOREIGN && one.evaluations >= 2);
+    check_gsl_same(comm, logistic_later, &p, &one);
+    /* no communicator */
+    ad_gsl b;
+    double x[N], fx;
+    int code;
+    memcpy(x, X, sizeof x);
+    CHECK(ad_gsl_init_sum(&b, logistic, &p, BRIDGE_TERMS, N, 1) == AD_OK);
+    b.evaluator = ad_mpi_sum_evaluator(NULL);
+    CHECK(ad_gsl_minimize(&b, gsl_multimin_fdfminimizer_vector_bfgs2, x, 0.01, 0.1, 1e-4, 500, &fx,
+                          &code) == AD_EINVAL &&
+          b.evaluations == 1);
+    ad_gsl_free(&b);
+}
+#endif
+
 int main(int argc, char **argv)
 {
     int provided;
@@ -336,12 +576,31 @@ int main(int argc, char **argv)
             check_closed_form(comm);
             check_failures(comm);
             check_arguments(comm, size);
+            check_evaluator(comm);
+#ifdef TEST_MPI_LBFGS
+            check_lbfgs(comm, size);
+#endif
+#ifdef TEST_MPI_GSL
+            check_gsl(comm);
+#endif
             MPI_Comm_free(&comm);
         }
         MPI_Barrier(MPI_COMM_WORLD);
     }
     int total;
     MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("test_mpi: the bridges over the ranks: liblbfgs %s, GSL %s\n",
+#ifdef TEST_MPI_LBFGS
+               "tested",
+#else
+               "not found, skipped",
+#endif
+#ifdef TEST_MPI_GSL
+               "tested");
+#else
+               "not found, skipped");
+#endif
     if (rank == 0)
         printf("test_mpi: %d ranks, sub-communicators of 1 to %d ranks: %s (%d failed checks)\n",
                world, world, total ? "FAILED" : "ok", total);

@@ -44,6 +44,11 @@
  * `threads` threads (the same bits for every thread count), and so is f:
  * the library has no value-only sum, so the value-only callback takes the
  * gradient too and drops it (a sum's f costs what its fdf does).
+ * b.evaluator (dualrev/bridge.h), zero after ad_gsl_init_sum, may be set
+ * to ad_mpi_sum_evaluator(&comm) (dualrev/mpi.h): each evaluation is then
+ * one ad_mpi_gradient_sum on comm, ad_gradient_sum's bits on every rank,
+ * and every rank running the same ad_gsl_minimize (same arguments) stays
+ * in lockstep with the others.
  *
  * Progress: ad_gsl_minimize drives GSL's iteration itself and calls
  * b.progress (dualrev/bridge.h), if set, after each iteration with its
@@ -78,6 +83,8 @@ typedef struct ad_gsl {
     ad_term term;      /* a sum of nterms terms in place of f (ad_gsl_init_sum) */
     size_t nterms;
     unsigned threads;  /* ad_gradient_sum's threads */
+    ad_sum_evaluator evaluator; /* the sum's evaluations: zero (the default), ad_gradient_sum;
+                                   ad_mpi_sum_evaluator, over MPI ranks (above) */
     ad_progress_fn progress; /* NULL, or called by ad_gsl_minimize at each iteration */
     void *progress_ctx;
     int stopped;       /* 1: ad_gsl_minimize's last loop was stopped by progress */
@@ -132,7 +139,8 @@ static inline void ad__gsl_gradient(ad_gsl *b, double *fx)
 {
     ad_status s;
     if (b->term)
-        s = ad_gradient_sum(b->term, b->ctx, b->nterms, b->n, b->x, fx, b->g, b->threads);
+        s = ad_sum_evaluator_gradient(&b->evaluator, b->term, b->ctx, b->nterms, b->n, b->x, fx,
+                                      b->g, b->threads);
     else if (b->replay)
         s = ad_program_evaluate(&b->program, b->f, b->ctx, b->n, b->x, fx, b->g);
     else

@@ -59,6 +59,12 @@
  * "hessian_approximation" to "limited-memory" (Ipopt's L-BFGS), and a
  * solve told otherwise stops with AD_ENOTSUP at Ipopt's first Hessian.
  * Replay keeps g's program; the sum itself is not kept as a program.
+ * b.evaluator (dualrev/bridge.h), zero after ad_ipopt_init_sum, may be set
+ * to ad_mpi_sum_evaluator(&comm) (dualrev/mpi.h): each evaluation is then
+ * one ad_mpi_gradient_sum on comm, ad_gradient_sum's bits on every rank;
+ * ranks that solve the same problem with the same options stay in
+ * lockstep (not with a time limit, max_cpu_time or max_wall_time, whose
+ * stop may come at another iteration on each rank).
  *
  * Without an exact Hessian: where ad_sparse_hessian of the Lagrangian
  * returns AD_ENOTSUP at x0 (an external function whose rule has no hvp, a
@@ -111,6 +117,8 @@ typedef struct ad_ipopt {
     ad_term term;          /* a sum of nterms terms in place of f (ad_ipopt_init_sum) */
     size_t nterms;
     unsigned threads;      /* ad_gradient_sum's threads */
+    ad_sum_evaluator evaluator; /* the sum's evaluations: zero (the default), ad_gradient_sum;
+                                   ad_mpi_sum_evaluator, over MPI ranks (above) */
     int hessian;           /* 1: exact Hessians (hess); 0: Ipopt's limited-memory approximation */
     ad_progress_fn progress; /* NULL, or called at each iteration (above) */
     void *progress_ctx;
@@ -174,7 +182,8 @@ static inline Bool ad__ipopt_f(Index n, Number *x, Bool new_x, Number *obj, User
     ad_status s = AD_OK;
     b->evaluations++;
     if (b->term) {  /* no value-only sum: through the gradient, into work */
-        s = ad_gradient_sum(b->term, b->ctx, b->nterms, (size_t)n, x, obj, b->work, b->threads);
+        s = ad_sum_evaluator_gradient(&b->evaluator, b->term, b->ctx, b->nterms, (size_t)n, x,
+                                      obj, b->work, b->threads);
     } else if (b->replay) {
         s = ad_program_evaluate(&b->fprog, b->f, b->ctx, (size_t)n, x, obj, NULL);
     } else {
@@ -198,7 +207,8 @@ static inline Bool ad__ipopt_grad_f(Index n, Number *x, Bool new_x, Number *grad
     ad_status s;
     b->evaluations++;
     if (b->term)
-        s = ad_gradient_sum(b->term, b->ctx, b->nterms, (size_t)n, x, &fx, grad, b->threads);
+        s = ad_sum_evaluator_gradient(&b->evaluator, b->term, b->ctx, b->nterms, (size_t)n, x,
+                                      &fx, grad, b->threads);
     else if (b->replay)
         s = ad_program_evaluate(&b->fprog, b->f, b->ctx, (size_t)n, x, &fx, grad);
     else

@@ -35,7 +35,15 @@
  * b.program: ad_lbfgs_minimize frees it (and sets it to NULL) when lbfgs()
  * returns; a caller of lbfgs() itself frees it with
  * ad_program_free(b.program).  A sum is not kept as a program: with a
- * term, replay has no effect. */
+ * term, replay has no effect.
+ *
+ * Sums over MPI ranks: with b.evaluator = ad_mpi_sum_evaluator(&comm)
+ * (dualrev/mpi.h; dualrev/bridge.h says what an evaluator is), each
+ * evaluation of a sum is one ad_mpi_gradient_sum on comm, which gives
+ * every rank ad_gradient_sum's bits.  Every rank of comm makes the same
+ * bridge and calls ad_lbfgs_minimize with the same n, x and param: the
+ * runs stay in lockstep, and end with the same x, fx, status and code on
+ * every rank. */
 #ifndef DUALREV_LBFGS_H
 #define DUALREV_LBFGS_H
 
@@ -58,6 +66,8 @@ typedef struct ad_lbfgs {
     ad_term term;               /* a sum of nterms terms in place of f (ad_lbfgs_of_sum) */
     size_t nterms;
     unsigned threads;           /* ad_gradient_sum's threads */
+    ad_sum_evaluator evaluator; /* the sum's evaluations: zero (the default), ad_gradient_sum;
+                                   ad_mpi_sum_evaluator, over MPI ranks (above) */
     ad_progress_fn progress;    /* NULL, or called at each iteration (above) */
     void *progress_ctx;
     int stopped;                /* 1: the last run was stopped by progress */
@@ -106,7 +116,8 @@ static inline lbfgsfloatval_t ad_lbfgs_evaluate(void *instance, const lbfgsfloat
     }
     ad_status s;
     if (b->term)
-        s = ad_gradient_sum(b->term, b->ctx, b->nterms, (size_t)n, x, &fx, g, b->threads);
+        s = ad_sum_evaluator_gradient(&b->evaluator, b->term, b->ctx, b->nterms, (size_t)n, x,
+                                      &fx, g, b->threads);
     else if (b->replay)
         s = ad_program_evaluate(&b->program, b->f, b->ctx, (size_t)n, x, &fx, g);
     else

@@ -44,6 +44,7 @@
 #include <string.h>
 
 #include <dualrev.h>
+#include <dualrev/bridge.h>
 #include <mpi.h>
 
 AD__EXTERN_C_BEGIN
@@ -764,6 +765,65 @@ AD_NODISCARD static inline ad_status ad_mpi_jvp(MPI_Comm comm, ad_function f, vo
         ad__mpi_nan(jv, m);
     }
     return s;
+}
+
+/* ---- optimiser bridges over MPI ranks ----
+ *
+ *   MPI_Comm comm = MPI_COMM_WORLD;
+ *   ad_lbfgs b = ad_lbfgs_of_sum(term, ctx, nterms, threads);
+ *   b.evaluator = ad_mpi_sum_evaluator(&comm);
+ *   s = ad_lbfgs_minimize(n, x, &fx, &b, &param, &ret);     on every rank
+ *
+ * An evaluator (dualrev/bridge.h) for the sum bridges (ad_lbfgs_of_sum,
+ * ad_gsl_init_sum, ad_nlopt_init_sum, ad_ipopt_init_sum): each evaluation
+ * is one ad_mpi_gradient_sum (ad_mpi_hvp_sum) on *comm, with the bridge's
+ * term, ctx, nterms and threads.  Every rank of comm constructs the same
+ * bridge with the same arguments, sets its evaluator so, and runs the same
+ * optimiser from the same x with the same options: each evaluation gives
+ * every rank the same bits (ad_gradient_sum's in one process), so the
+ * optimisers take the same steps and ask for the same points, and the
+ * ranks stay in lockstep, each evaluation one collective call on comm;
+ * they end with the same x, objective and status, the same as one
+ * process's run without the evaluator.  A failing term fails the
+ * evaluation on every rank with the same status, and every bridge stops
+ * at the same point.  Lockstep needs the optimiser to be deterministic:
+ * no time limits, no random numbers unless seeded alike, and a progress
+ * hook that answers alike on every rank.  A rank whose optimiser asks for
+ * another x meets AD_EINVAL on every rank (ad_mpi_gradient_sum compares
+ * the x's); one that stops asking leaves the others waiting.
+ *
+ * comm is read at each evaluation: *comm must stay valid, and unchanged,
+ * while the bridge is used.  comm NULL gives AD_EINVAL at each evaluation,
+ * without communication (as MPI_COMM_NULL does). */
+
+/* (internal) The evaluator's functions; ctx is the MPI_Comm *. */
+AD_NODISCARD static inline ad_status ad__mpi_eval_gradient(void *ctx, ad_term term, void *tctx,
+                                                           size_t nterms, size_t n,
+                                                           const double *x, double *fx,
+                                                           double *grad, unsigned threads)
+{
+    MPI_Comm comm = ctx ? *(MPI_Comm *)ctx : MPI_COMM_NULL;
+    return ad_mpi_gradient_sum(comm, term, tctx, nterms, n, x, fx, grad, threads);
+}
+
+AD_NODISCARD static inline ad_status ad__mpi_eval_hvp(void *ctx, ad_term term, void *tctx,
+                                                      size_t nterms, size_t n, const double *x,
+                                                      const double *v, double *fx, double *grad,
+                                                      double *hv, unsigned threads)
+{
+    MPI_Comm comm = ctx ? *(MPI_Comm *)ctx : MPI_COMM_NULL;
+    return ad_mpi_hvp_sum(comm, term, tctx, nterms, n, x, v, fx, grad, hv, threads);
+}
+
+/* The evaluator of sums over the ranks of *comm (above): set a sum
+ * bridge's evaluator field to it after the bridge's constructor. */
+static inline ad_sum_evaluator ad_mpi_sum_evaluator(MPI_Comm *comm)
+{
+    ad_sum_evaluator e;
+    e.gradient = ad__mpi_eval_gradient;
+    e.hvp = ad__mpi_eval_hvp;
+    e.ctx = comm;
+    return e;
 }
 
 AD__EXTERN_C_END

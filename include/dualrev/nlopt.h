@@ -43,7 +43,13 @@
  * Sums: a bridge made by ad_nlopt_init_sum is a scalar one (ad_nlopt_scalar)
  * whose every call is one ad_gradient_sum on `threads` threads (the same
  * bits for every thread count); the library has no value-only sum, so a
- * call without grad takes the gradient too and drops it.
+ * call without grad takes the gradient too and drops it.  b.evaluator
+ * (dualrev/bridge.h), zero after ad_nlopt_init_sum, may be set to
+ * ad_mpi_sum_evaluator(&comm) (dualrev/mpi.h): each call is then one
+ * ad_mpi_gradient_sum on comm, ad_gradient_sum's bits on every rank, and
+ * ranks that run the same deterministic algorithm with the same options
+ * and x stay in lockstep (not with a time limit, nlopt_set_maxtime, nor
+ * a stochastic algorithm seeded differently on each rank).
  *
  * Progress: NLopt has no iteration callback.  b.progress (dualrev/bridge.h),
  * if set, is called after each successful evaluation of b's function
@@ -80,6 +86,8 @@ typedef struct ad_nlopt {
     ad_term term;       /* a scalar sum of nterms terms in place of f (ad_nlopt_init_sum) */
     size_t nterms;
     unsigned threads;   /* ad_gradient_sum's threads */
+    ad_sum_evaluator evaluator; /* the sum's evaluations: zero (the default), ad_gradient_sum;
+                                   ad_mpi_sum_evaluator, over MPI ranks (above) */
     double *gw;         /* n numbers: a sum's gradient that a value-only call drops */
     ad_progress_fn progress; /* NULL, or called after each evaluation (above) */
     void *progress_ctx;
@@ -202,8 +210,8 @@ static inline double ad_nlopt_scalar(unsigned n, const double *x, double *grad, 
         return NAN;
     }
     if (b->term) {
-        s = ad_gradient_sum(b->term, b->ctx, b->nterms, b->n, x, &fx, grad ? grad : b->gw,
-                            b->threads);
+        s = ad_sum_evaluator_gradient(&b->evaluator, b->term, b->ctx, b->nterms, b->n, x, &fx,
+                                      grad ? grad : b->gw, b->threads);
     } else if (b->replay) {
         s = ad_program_evaluate(&b->program, b->f, b->ctx, b->n, x, &fx, grad);
     } else if (grad) {

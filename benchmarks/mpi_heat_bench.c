@@ -181,23 +181,6 @@ static int step_tape(heat_problem *p, const double *x, tape_figures *out)
     return ok;
 }
 
-/* ---- the data, as examples/mpi_heat.c makes them ---- */
-static int make_data(heat_problem *p, double *u0, double *obs)
-{
-    ad_real *t = malloc(3 * p->n * sizeof *t), *u = t + p->n, *k = u + p->n;
-    if (!t)
-        return 0;
-    for (size_t i = 0; i < p->n; i++) {
-        u0[i] = heat_u0(p->lo + i, p->cells);
-        u[i] = ad_const(u0[i]);
-        k[i] = ad_const(exp(heat_true_theta(p->lo + i, p->cells)));
-    }
-    int ok = ad_checkpointed_loop(heat_step, p, p->steps, 0, p->n, u, p->n, k, t) == AD_OK;
-    for (size_t i = 0; i < p->n; i++)
-        obs[i] = t[i].v;
-    free(t);
-    return ok;
-}
 
 static void print_times(const char *what, int ranks, const double *t, int reps)
 {
@@ -245,7 +228,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "mpi-heat-bench: out of memory\n");
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    int ok = make_data(&whole, u0, obs);
+    int ok = heat_make_data(&whole, u0, obs);
     mine.u0 = u0 + mine.lo;
     mine.obs = obs + mine.lo;
     whole.u0 = u0;

@@ -93,26 +93,6 @@ static int check(fit *F, const double *theta, double *worst)
     return all;
 }
 
-/* The problem's data on this slice: u0 and the observations, made by
- * running the true field forward (values alone: constants through the
- * same code). */
-static int make_data(heat_problem *p, double *u0, double *obs)
-{
-    ad_real *t = malloc(3 * p->n * sizeof *t), *u = t + p->n, *k = u + p->n;
-    if (!t)
-        return 0;
-    for (size_t i = 0; i < p->n; i++) {
-        u0[i] = heat_u0(p->lo + i, p->cells);
-        u[i] = ad_const(u0[i]);
-        k[i] = ad_const(exp(heat_true_theta(p->lo + i, p->cells)));
-    }
-    int ok = ad_checkpointed_loop(heat_step, p, p->steps, 0, p->n, u, p->n, k, t) == AD_OK;
-    for (size_t i = 0; i < p->n; i++)
-        obs[i] = t[i].v;
-    free(t);
-    return ok;
-}
-
 int main(int argc, char **argv)
 {
     size_t cells = 60, steps = 500;
@@ -161,7 +141,7 @@ int main(int argc, char **argv)
         F.counts[r] = (int)(cells / P + (R < cells % P));
     }
     /* the whole field's data on every rank (for --check), the slice's views */
-    int ok = make_data(&F.whole, u0, obs);
+    int ok = heat_make_data(&F.whole, u0, obs);
     F.mine.u0 = u0 + F.mine.lo;
     F.mine.obs = obs + F.mine.lo;
     F.whole.u0 = u0;

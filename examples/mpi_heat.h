@@ -159,4 +159,24 @@ static inline double heat_u0(size_t i, size_t cells)
     return sin(HEAT_PI * x) + 0.5 * sin(3.0 * HEAT_PI * x);
 }
 
+/* The problem's data on p's cells: u0 and the observations of the last
+ * state, made by running the true field forward (values alone: constants
+ * through the same code); 0 on a failure. */
+static inline int heat_make_data(heat_problem *p, double *u0, double *obs)
+{
+    ad_real *t = malloc(3 * p->n * sizeof *t), *u = t + p->n, *k = u + p->n;
+    if (!t)
+        return 0;
+    for (size_t i = 0; i < p->n; i++) {
+        u0[i] = heat_u0(p->lo + i, p->cells);
+        u[i] = ad_const(u0[i]);
+        k[i] = ad_const(exp(heat_true_theta(p->lo + i, p->cells)));
+    }
+    int ok = ad_checkpointed_loop(heat_step, p, p->steps, 0, p->n, u, p->n, k, t) == AD_OK;
+    for (size_t i = 0; i < p->n; i++)
+        obs[i] = t[i].v;
+    free(t);
+    return ok;
+}
+
 #endif

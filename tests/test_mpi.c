@@ -24,6 +24,8 @@
 
 #include <dualrev.h>
 #include <dualrev/mpi.h>
+
+#include "mpi_check.h"
 #ifdef TEST_MPI_LBFGS
 #include <lbfgs.h>
 
@@ -37,17 +39,6 @@
 
 enum { N = 7, TERMS = 3001 };
 
-static int rank, world;
-static int failures;
-
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            failures++;                                                               \
-            fprintf(stderr, "rank %d: %s:%d: check failed: %s\n", rank, __FILE__,    \
-                    __LINE__, #cond);                                                 \
-        }                                                                             \
-    } while (0)
 
 /* ---- the problems ---- */
 
@@ -128,27 +119,7 @@ static void closed_form(size_t nterms, const double *x, const double *v, double 
 static const double X[N] = {0.3, -0.2, 0.1, 0.7, -0.5, 0.25, -0.05};
 static const double V[N] = {1.0, 0.5, -0.25, 0.125, 2.0, -1.0, 0.75};
 
-static int same_bits(const double *a, const double *b, size_t n)
-{
-    return memcmp(a, b, n * sizeof *a) == 0;
-}
 
-static int all_nan(const double *a, size_t n)
-{
-    for (size_t j = 0; j < n; j++)
-        if (!isnan(a[j]))
-            return 0;
-    return 1;
-}
-
-/* The same status on every rank of comm. */
-static int same_everywhere(MPI_Comm comm, ad_status s)
-{
-    int lo, hi, me = (int)s;
-    MPI_Allreduce(&me, &lo, 1, MPI_INT, MPI_MIN, comm);
-    MPI_Allreduce(&me, &hi, 1, MPI_INT, MPI_MAX, comm);
-    return lo == hi;
-}
 
 /* ---- the checks, on a communicator of `size` ranks ---- */
 
@@ -163,7 +134,7 @@ static void check_bits(MPI_Comm comm)
         size_t was = ad_set_sum_chunk_bytes(budgets[b]);
         for (size_t k = 0; k < 4; k++) {
             size_t nt = counts[k];
-            double f0, g0[N], h0[N], f1, g1[N], h1[N];
+            double f0 = 0.0, g0[N] = {0}, h0[N] = {0}, f1 = 0.0, g1[N] = {0}, h1[N] = {0};
             ad_status s = ad_gradient_sum(logistic, &p, nt, N, X, &f0, g0, 1);
             CHECK(s == AD_OK);
             for (unsigned th = 1; th <= 2; th++) {
@@ -236,7 +207,7 @@ static void check_chunks(void)
 
 static void check_closed_form(MPI_Comm comm)
 {
-    double f, g[N], hv[N], fe, ge[N], he[N];
+    double f = 0.0, g[N] = {0}, hv[N] = {0}, fe = 0.0, ge[N] = {0}, he[N] = {0};
     closed_form(TERMS, X, V, &fe, ge, he);
     CHECK(ad_mpi_hvp_sum(comm, quadratic, NULL, TERMS, N, X, V, &f, g, hv, 2) == AD_OK);
     CHECK(fabs(f - fe) <= 1e-12 * fabs(fe));
@@ -244,7 +215,7 @@ static void check_closed_form(MPI_Comm comm)
         CHECK(fabs(g[j] - ge[j]) <= 1e-11 * (1 + fabs(ge[j])));
         CHECK(fabs(hv[j] - he[j]) <= 1e-11 * (1 + fabs(he[j])));
     }
-    double f1, g1[N];
+    double f1 = 0.0, g1[N] = {0};
     CHECK(ad_mpi_gradient_sum(comm, quadratic, NULL, TERMS, N, X, &f1, g1, 1) == AD_OK);
     CHECK(same_bits(&f, &f1, 1) && same_bits(g, g1, N));
 }
@@ -253,7 +224,7 @@ static void check_closed_form(MPI_Comm comm)
  * chunk must win on every rank. */
 static void check_failures(MPI_Comm comm)
 {
-    double f, g[N], hv[N];
+    double f = 0.0, g[N] = {0}, hv[N] = {0};
     ad_status s;
     problem p = {TERMS - 3, SIZE_MAX};  /* the last chunk: the last rank's */
     for (unsigned th = 1; th <= 2; th++) {
@@ -285,7 +256,7 @@ static void check_failures(MPI_Comm comm)
 static void check_arguments(MPI_Comm comm, int size)
 {
     problem p = {SIZE_MAX, SIZE_MAX};
-    double f, g[N], hv[N], x[N];
+    double f = 0.0, g[N] = {0}, hv[N] = {0}, x[N] = {0};
     ad_status s;
     int me;
     MPI_Comm_rank(comm, &me);
@@ -368,7 +339,7 @@ static void check_evaluator(MPI_Comm comm)
     problem p = {SIZE_MAX, SIZE_MAX};
     ad_sum_evaluator e = ad_mpi_sum_evaluator(&comm), none, bad = ad_mpi_sum_evaluator(NULL);
     memset(&none, 0, sizeof none);
-    double f0, g0[N], h0[N], f1, g1[N], h1[N];
+    double f0 = 0.0, g0[N] = {0}, h0[N] = {0}, f1 = 0.0, g1[N] = {0}, h1[N] = {0};
     CHECK(ad_hvp_sum(logistic, &p, TERMS, N, X, V, &f0, g0, h0, 1) == AD_OK);
     for (unsigned th = 1; th <= 2; th++) {
         CHECK(ad_sum_evaluator_gradient(&e, logistic, &p, TERMS, N, X, &f1, g1, th) == AD_OK);

@@ -25,21 +25,11 @@
 #include <dualrev.h>
 #include <dualrev/mpi.h>
 
+#include "mpi_check.h"
 #include "testing.h" /* ad_test_fail_alloc_after */
 
 enum { NCELL = 23, STEPS = 12 };
 
-static int rank, world;
-static int failures;
-
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            failures++;                                                               \
-            fprintf(stderr, "rank %d: %s:%d: check failed: %s\n", rank, __FILE__,    \
-                    __LINE__, #cond);                                                 \
-        }                                                                             \
-    } while (0)
 
 /* ---- the slices and the halos ---- */
 
@@ -288,21 +278,7 @@ static int close_to(double a, double b, double tol)
     return fabs(a - b) <= tol * fmax(1.0, fabs(b));
 }
 
-static int all_nan(const double *a, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (a[i] == a[i])
-            return 0;
-    return 1;
-}
 
-/* Whether s is the same on every rank of comm. */
-static int same_everywhere(MPI_Comm comm, ad_status s)
-{
-    int mine[2] = {(int)s, -(int)s}, most[2];
-    MPI_Allreduce(mine, most, 2, MPI_INT, MPI_MAX, comm);
-    return most[0] == -most[1];
-}
 
 static void check_chain(const slice *s)
 {

@@ -319,6 +319,17 @@ static inline int ad__mpi_sum_ranks(MPI_Comm comm, int ranks, const double *in, 
     return bad;
 }
 
+/* (internal) A sweep's exchange of a sendrecv: out[0..nout) to `to` and
+ * in[0..nin) from `from`, each only where its edge carries derivatives
+ * (on: the peer has a record for it too). */
+static inline void ad__mpi_edges(const ad__mpi_op *op, const double *out, size_t nout, int out_on,
+                                 int to, double *in, size_t nin, int in_on, int from)
+{
+    MPI_Sendrecv(out, out_on ? (int)nout : 0, MPI_DOUBLE, out_on ? to : MPI_PROC_NULL, op->tag,
+                 in, in_on ? (int)nin : 0, MPI_DOUBLE, in_on ? from : MPI_PROC_NULL, op->tag,
+                 op->comm, MPI_STATUS_IGNORE);
+}
+
 /* (internal) The operations' vjp, transposed communication: xbar arrives
  * zeroed. */
 static inline void ad__mpi_vjp(void *ctx, size_t n, const double *x, size_t m, const double *y,
@@ -329,10 +340,7 @@ static inline void ad__mpi_vjp(void *ctx, size_t n, const double *x, size_t m, c
     (void)y;
     switch (op->kind) {
     case AD__MPI_SENDRECV:  /* what we received goes back to its source */
-        MPI_Sendrecv(ybar, op->recv_on ? (int)m : 0, MPI_DOUBLE,
-                     op->recv_on ? op->source : MPI_PROC_NULL, op->tag, xbar,
-                     op->send_on ? (int)n : 0, MPI_DOUBLE, op->send_on ? op->dest : MPI_PROC_NULL,
-                     op->tag, op->comm, MPI_STATUS_IGNORE);
+        ad__mpi_edges(op, ybar, m, op->recv_on, op->source, xbar, n, op->send_on, op->dest);
         break;
     case AD__MPI_ALLREDUCE:
         (void)ad__mpi_sum_ranks(op->comm, op->ranks, ybar, xbar, n);
@@ -367,11 +375,7 @@ static inline void ad__mpi_jvp(void *ctx, size_t n, const double *x, size_t m, c
     case AD__MPI_SENDRECV:
         for (size_t j = 0; j < m; j++)
             ydot[j] = 0.0;
-        MPI_Sendrecv(xdot, op->send_on ? (int)n : 0, MPI_DOUBLE,
-                     op->send_on ? op->dest : MPI_PROC_NULL, op->tag, ydot,
-                     op->recv_on ? (int)m : 0, MPI_DOUBLE,
-                     op->recv_on ? op->source : MPI_PROC_NULL, op->tag, op->comm,
-                     MPI_STATUS_IGNORE);
+        ad__mpi_edges(op, xdot, n, op->send_on, op->dest, ydot, m, op->recv_on, op->source);
         break;
     case AD__MPI_ALLREDUCE:
         (void)ad__mpi_sum_ranks(op->comm, op->ranks, xdot, ydot, m);

@@ -68,9 +68,9 @@ ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n, const double
         ad_checks_begin(ck, t, th->depth);
         s = prepare_outputs(t, m);
     }
-    if ((s = ad_agree(s)) != AD_OK)
+    if ((s = ad_agree_on(th, s)) != AD_OK)
         return s;
-    if (ad_collective_on())
+    if (th->collective.agree)
         t->traits |= AD_COLLECTIVE_TAPE;
     for (size_t i = 0; i < n; i++)
         t->inputs[i].v = x[i];
@@ -82,7 +82,7 @@ ad_status ad_record(ad_tape *t, ad_function f, void *ctx, size_t n, const double
     th->depth--;
     ad__active = outer;
     ck->label = label;
-    return ad_agree(ended(t, m));
+    return ad_agree_on(th, ended(t, m));
 }
 
 typedef struct scalar {

@@ -150,6 +150,7 @@ typedef struct ad_thread {
     void (*cleanup[AD_CLEANUPS])(void);  /* ad_thread_cleanup */
     int ncleanup;
     uint64_t serial_next, serial_end;  /* recordings' serial numbers this thread may give */
+    ad_collective collective;  /* the agreement hook (collective.h), agree NULL: none */
     /* The recording modes' per-thread state (check.h, ad_checks): its
      * layout is theirs; it lies here so that a recording finds it with
      * the thread's tapes, as a thread-local of its own would cost every

@@ -233,7 +233,7 @@ AD_INLINE ad_status reverse(ad_tape *t, size_t m, const double *w, double *wj, i
     ad_status s = ad_tape_reserve_adjoints(t, hi);
     if (s == AD_OK && flags)
         s = ad_reach_reserve(t, hi);
-    if ((s = ad_agree(s)) != AD_OK)
+    if ((s = ad_agree_sweep(t, s)) != AD_OK)
         return s;
     /* The sweep leaves the records' cotangents 0, so only what no sweep
      * has cleared since the array last served another use is cleared. */

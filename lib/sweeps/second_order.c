@@ -452,7 +452,7 @@ static double hessian_pass(ad_tape *t, const ad_retry *r, void *ctx)
 ad_status ad_second_hvp(ad_tape *t, size_t n, const double *v, double *grad, double *hv)
 {
     uint32_t top;
-    ad_status s = ad_agree(room(t, 1, 1, &top));
+    ad_status s = ad_agree_sweep(t, room(t, 1, 1, &top));
     if (s != AD_OK)
         return s;
     second_seeds c = {.n = n, .v = v, .o = &objective, .grad = grad, .hv = hv, .top = top};
@@ -499,7 +499,7 @@ static size_t lanes_for(size_t k, uint32_t top)
 static ad_status directions(ad_tape *t, second_seeds c, size_t k)
 {
     size_t L = lanes_for(k, ad_outputs_top(t, 1));
-    ad_status s = ad_agree(room(t, 1, L, &c.top));
+    ad_status s = ad_agree_sweep(t, room(t, 1, L, &c.top));
     for (c.j0 = 0; c.j0 < k && s == AD_OK; c.j0 += L) {
         c.B = k - c.j0 < L ? k - c.j0 : L;
         c.L = L;
@@ -536,7 +536,7 @@ ad_status ad_second_vjp(ad_tape *t, size_t m, const double *v, const double *w, 
     ad_status s = room(t, m, 1, &c.top);
     if (s == AD_OK)
         s = ad_reach_reserve(t, c.top);  /* its passes are exact */
-    if ((s = ad_agree(s)) != AD_OK)
+    if ((s = ad_agree_sweep(t, s)) != AD_OK)
         return s;
     double sum;
     s = ad_seeded(t, c.top, 0, hvp_pass, &c, &sum);

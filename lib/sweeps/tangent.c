@@ -170,7 +170,7 @@ AD_INLINE ad_status forward(ad_tape *t, size_t m, const double *v, double *jv, i
     ad_status s = ad_tape_borrow_adjoints(t, (size_t)hi + 1);  /* for the tangents */
     if (s == AD_OK && flags)
         s = ad_reach_reserve(t, hi);
-    if ((s = ad_agree(s)) != AD_OK)
+    if ((s = ad_agree_sweep(t, s)) != AD_OK)
         return s;
     t->adj[0] = 0.0;
     ad_seeds c = {m, t->first - 1, v, jv, hi, flags};

@@ -29,7 +29,7 @@
  * Check: every rank also takes the whole field's gradient in one process
  * (MPI_COMM_NULL) and compares its slice: f and every entry to 1e-13
  * relative to the largest entry; "check: ok", or "check: FAILED" and exit
- * status 1.  benchmarks/mpi_heat_bench.sh alternates runs on 1 and 2
+ * status 1.  benchmarks/mpi_ranks.sh alternates runs on 1 and 2
  * ranks. */
 #include <math.h>
 #include <stdint.h>

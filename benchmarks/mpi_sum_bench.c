@@ -8,7 +8,7 @@
  * two barriers, timed by the slowest rank; the median and the minimum are
  * printed, with a hash of the gradient's bits.  Last, every rank computes
  * ad_gradient_sum in one process (1 thread) and the run fails (exit 1)
- * unless the bits are the same.  benchmarks/mpi_sum_bench.sh alternates
+ * unless the bits are the same.  benchmarks/mpi_ranks.sh alternates
  * runs on 1 and 2 ranks. */
 #include <math.h>
 #include <stdint.h>

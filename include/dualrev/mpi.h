@@ -297,6 +297,20 @@ static inline void ad__mpi_primal(void *ctx, size_t n, const double *x, size_t m
         memcpy(y, op->result, m * sizeof *y);
 }
 
+/* (internal) out[i] = all[i] + all[stride + i] + ... over `ranks` rows of
+ * all, i < count: the ranks' values added in rank order, the same bits on
+ * every rank that adds them. */
+static inline void ad__mpi_add_ranks(const double *all, size_t stride, int ranks, size_t count,
+                                     double *out)
+{
+    for (size_t i = 0; i < count; i++) {
+        double t = all[i];
+        for (int r = 1; r < ranks; r++)
+            t += all[(size_t)r * stride + i];
+        out[i] = t;
+    }
+}
+
 /* (internal) out[0..count) = the sum over ranks of in[0..count), in rank
  * order; 0 on success. */
 static inline int ad__mpi_sum_ranks(MPI_Comm comm, int ranks, const double *in, double *out,
@@ -309,12 +323,8 @@ static inline int ad__mpi_sum_ranks(MPI_Comm comm, int ranks, const double *in, 
         return 1;
     int bad = MPI_Allgather(in, (int)count, MPI_DOUBLE, all, (int)count, MPI_DOUBLE, comm) !=
               MPI_SUCCESS;
-    for (size_t i = 0; i < count && !bad; i++) {
-        double t = all[i];
-        for (int r = 1; r < ranks; r++)
-            t += all[(size_t)r * count + i];
-        out[i] = t;
-    }
+    if (!bad)
+        ad__mpi_add_ranks(all, count, ranks, count, out);
     free(all);
     return bad;
 }
@@ -348,12 +358,8 @@ static inline void ad__mpi_vjp(void *ctx, size_t n, const double *x, size_t m, c
     case AD__MPI_BCAST: {  /* every rank's cotangent, added up at the root in rank order */
         double *all = op->rank == op->root ? ad__mpi_doubles(m * (size_t)op->ranks) : NULL;
         MPI_Gather(ybar, (int)m, MPI_DOUBLE, all, (int)m, MPI_DOUBLE, op->root, op->comm);
-        for (size_t i = 0; all && i < n; i++) {
-            double t = all[i];
-            for (int r = 1; r < op->ranks; r++)
-                t += all[(size_t)r * m + i];
-            xbar[i] = t;
-        }
+        if (all)
+            ad__mpi_add_ranks(all, m, op->ranks, n, xbar);
         free(all);
         break;
     }
@@ -502,12 +508,8 @@ AD_NODISCARD static inline ad_status ad_mpi_allreduce_sum(const ad_real *in, ad_
     if (MPI_Allgather(mine, (int)w, MPI_DOUBLE, every, (int)w, MPI_DOUBLE, comm) != MPI_SUCCESS)
         s = AD_ECOMM;
     int active = 0;
-    for (size_t i = 0; i < count && s == AD_OK; i++) {
-        double t = every[i];
-        for (int r = 1; r < op.ranks; r++)
-            t += every[(size_t)r * w + i];
-        sum[i] = t;
-    }
+    if (s == AD_OK)
+        ad__mpi_add_ranks(every, w, op.ranks, count, sum);
     for (int r = 0; r < op.ranks && s == AD_OK; r++)
         active |= every[(size_t)r * w + count] != 0.0;
     op.comm = comm;
